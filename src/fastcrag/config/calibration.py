@@ -1,0 +1,72 @@
+"""Calibrated thresholds: loading and validation of calibration.json."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field, ValidationError, model_validator
+
+PACKAGED_CALIBRATION = Path(__file__).resolve().parent / "calibration.json"
+
+
+class CalibrationError(ValueError):
+    """calibration.json is missing, unreadable or invalid; the message names the file."""
+
+
+class Calibration(BaseModel):
+    """Two thresholds on the reranker score, with the provenance that produced them."""
+
+    reranker_model: str = Field(description="Name of the reranker whose scores these thresholds apply to.")
+    reranker_threshold: float = Field(ge=0.0, le=1.0, description="Below: INCORRECT (abstain or rewrite).")
+    crag_upper: float = Field(ge=0.0, le=1.0, description="At or above: CORRECT (generate at once).")
+    data: str = ""
+    objective: str = ""
+    created: str = ""
+    metrics: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Calibration:
+        if math.isnan(self.reranker_threshold) or math.isnan(self.crag_upper):
+            raise ValueError("thresholds must be numbers, not NaN")
+        if self.crag_upper < self.reranker_threshold:
+            raise ValueError(
+                f"crag_upper ({self.crag_upper}) must be >= reranker_threshold ({self.reranker_threshold})"
+            )
+        return self
+
+    def thresholds(self) -> tuple[float, float]:
+        """(reranker_threshold, crag_upper)."""
+        return self.reranker_threshold, self.crag_upper
+
+
+def load_calibration(path: Path | None = None, expected_model: str | None = None) -> Calibration:
+    """Read and validate a calibration file.
+
+    Args:
+        path: The file; the packaged calibration.json when None.
+        expected_model: The loaded reranker's name; a calibration made for another model is refused.
+
+    Raises:
+        CalibrationError: the file is missing, not JSON, fails validation, or names another reranker.
+    """
+    path = path or PACKAGED_CALIBRATION
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"), parse_constant=_reject_constant)
+        calibration = Calibration.model_validate(raw)
+    except FileNotFoundError:
+        raise CalibrationError(f"calibration file not found: {path} (run `fastcrag calibrate`)") from None
+    except (OSError, ValueError, ValidationError) as exc:
+        raise CalibrationError(f"invalid calibration file {path}: {exc}") from None
+    if expected_model is not None and calibration.reranker_model != expected_model:
+        raise CalibrationError(
+            f"calibration file {path} was made for reranker {calibration.reranker_model!r}, "
+            f"but the loaded reranker is {expected_model!r}; run `fastcrag calibrate` for it"
+        )
+    return calibration
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a valid threshold")

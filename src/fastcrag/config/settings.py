@@ -1,0 +1,105 @@
+"""Settings from `FASTRAG_*` environment variables, and their per-run overrides through the graph context."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_LLM = "llamacpp:SmolLM2-135M-Instruct"
+
+
+class Settings(BaseSettings):
+    """Process-wide configuration, read from the environment (prefix `FASTRAG_`)."""
+
+    model_config = SettingsConfigDict(env_prefix="FASTRAG_", extra="ignore")
+
+    index_dir: Path | None = Field(None, description="Index folder; the embedded Python-reference index when unset.")
+    reranker: str = Field("", description="Reranker: a local folder, a cached model name, or `bi-encoder`.")
+    llm: str = Field(DEFAULT_LLM, description="Generator: `provider:model` (init_chat_model) or `extractive`.")
+    calibration: Path | None = Field(None, description="calibration.json; the packaged one when unset.")
+    crag_enabled: bool = Field(True, description="False: retrieval-only path (abstain below the threshold).")
+    crag_max_rewrites: int = Field(1, ge=0, le=3, description="Query rewrites allowed per question.")
+    crag_strip_min_tokens: int = Field(6, ge=0, le=64, description="Shorter kept strips keep their chunk.")
+    top_k: int = Field(20, ge=1, le=200, description="Candidates retrieved and reranked.")
+    top_n: int = Field(3, ge=1, le=20, description="Passages handed to the generator.")
+    chunk_tokens: int = Field(128, ge=16, le=512, description="Chunk size in embedder tokens.")
+    chunk_overlap: int = Field(24, ge=0, le=256, description="Token overlap between consecutive chunks.")
+    abstain_message: str = Field("I don't know.", min_length=1, description="The answer given on abstention.")
+    max_question_chars: int = Field(4000, ge=1, description="Longer questions are refused (abstain).")
+    llm_timeout_s: float = Field(120.0, gt=0, description="Limit for one chat-model call.")
+    max_new_tokens: int = Field(256, ge=8, le=4096, description="Generation length limit.")
+
+    @field_validator("chunk_overlap")
+    @classmethod
+    def _overlap_below_size(cls, v: int, info: Any) -> int:
+        size = info.data.get("chunk_tokens", 128)
+        if v >= size:
+            raise ValueError(f"chunk_overlap ({v}) must be smaller than chunk_tokens ({size})")
+        return v
+
+    @field_validator("index_dir", "calibration")
+    @classmethod
+    def _expand(cls, v: Path | None) -> Path | None:
+        return v.expanduser() if v is not None else None
+
+
+@dataclass
+class Context:
+    """Per-run overrides (LangGraph `context_schema`): any field left as None takes the setting or calibration."""
+
+    crag_enabled: bool | None = None
+    crag_max_rewrites: int | None = None
+    crag_strip_min_tokens: int | None = None
+    reranker_threshold: float | None = None
+    crag_upper: float | None = None
+    top_n: int | None = None
+    abstain_message: str | None = None
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """The settings one run uses, after context overrides were applied to settings and calibration."""
+
+    crag_enabled: bool
+    crag_max_rewrites: int
+    crag_strip_min_tokens: int
+    reranker_threshold: float
+    crag_upper: float
+    top_n: int
+    abstain_message: str
+    max_question_chars: int
+
+
+def resolve(settings: Settings, thresholds: tuple[float, float], context: Any) -> RunConfig:
+    """Merge settings, calibrated thresholds and a run's context (a `Context`, a mapping, or None).
+
+    Raises:
+        ValueError: an override is out of range (thresholds outside [0, 1] or upper below lower, negative counts).
+    """
+    if isinstance(context, dict):
+        known = {f.name for f in fields(Context)}
+        context = Context(**{k: v for k, v in context.items() if k in known})
+    ctx = context if isinstance(context, Context) else Context()
+    base: dict[str, Any] = {
+        "crag_enabled": settings.crag_enabled,
+        "crag_max_rewrites": settings.crag_max_rewrites,
+        "crag_strip_min_tokens": settings.crag_strip_min_tokens,
+        "reranker_threshold": thresholds[0],
+        "crag_upper": thresholds[1],
+        "top_n": settings.top_n,
+        "abstain_message": settings.abstain_message,
+    }
+    for name in base:
+        value = getattr(ctx, name)
+        if value is not None:
+            base[name] = value
+    lower, upper = float(base["reranker_threshold"]), float(base["crag_upper"])
+    if not (0.0 <= lower <= upper <= 1.0):
+        raise ValueError(f"thresholds must satisfy 0 <= reranker_threshold <= crag_upper <= 1, got {lower}, {upper}")
+    if int(base["crag_max_rewrites"]) < 0 or int(base["top_n"]) < 1 or int(base["crag_strip_min_tokens"]) < 0:
+        raise ValueError("crag_max_rewrites and crag_strip_min_tokens must be >= 0 and top_n >= 1")
+    return RunConfig(max_question_chars=settings.max_question_chars, **base)

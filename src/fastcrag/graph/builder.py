@@ -1,0 +1,71 @@
+"""Graph wiring: the six nodes and the band-keyed conditional edges, in one place."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.retrievers import BaseRetriever
+from langchain_core.vectorstores import VectorStore
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.runtime import Runtime
+
+from fastcrag.components import Components
+from fastcrag.config.calibration import Calibration
+from fastcrag.config.settings import Context, Settings
+from fastcrag.generation import Generator
+from fastcrag.graph import routing
+from fastcrag.graph.state import InputState, OutputState, State
+from fastcrag.nodes import abstain, generate, grade, refine, retrieve, rewrite
+from fastcrag.reranker import Reranker
+
+
+def build_graph(
+    *,
+    retriever: BaseRetriever | VectorStore | None = None,
+    reranker: Reranker | str | None = None,
+    llm: BaseChatModel | Generator | str | None = None,
+    calibration: Calibration | Path | None = None,
+    settings: Settings | None = None,
+    checkpointer: Any = None,
+) -> CompiledStateGraph[State, Context, InputState, OutputState]:
+    """Compile the CRAG graph; any part left out comes from the `FASTRAG_*` settings, loaded on first use.
+
+    Args:
+        retriever: A LangChain retriever or vector store; the configured FAISS index when None.
+        reranker: A `Reranker`, or a spec (folder, model name, `bi-encoder`).
+        llm: A LangChain chat model, a `Generator`, `extractive`, or a `provider:model` spec.
+        calibration: Thresholds, or the calibration.json to read them from.
+        settings: Settings; read from the environment when None.
+        checkpointer: A LangGraph checkpointer, for threads that keep their history.
+    """
+    parts = Components(settings, retriever, reranker, llm, calibration)
+
+    def route_after_grade(
+        state: State, runtime: Runtime[Context]
+    ) -> Literal["generate", "refine", "rewrite", "abstain"]:
+        try:
+            cfg = parts.run_config(runtime.context)
+        except Exception:  # grade has already recorded why; without thresholds there is nothing to route on
+            return "abstain"
+        return routing.after_grade(state, cfg)
+
+    builder = StateGraph(State, context_schema=Context, input_schema=InputState, output_schema=OutputState)
+    builder.add_node("retrieve", retrieve.make(parts))
+    builder.add_node("grade", grade.make(parts))
+    builder.add_node("refine", refine.make(parts))
+    builder.add_node("rewrite", rewrite.make(parts))
+    builder.add_node("generate", generate.make(parts))
+    builder.add_node("abstain", abstain.make(parts))
+    builder.add_edge(START, "retrieve")
+    builder.add_edge("retrieve", "grade")
+    builder.add_conditional_edges("grade", route_after_grade)
+    builder.add_conditional_edges("refine", routing.after_refine)
+    builder.add_conditional_edges("rewrite", routing.after_rewrite)
+    builder.add_conditional_edges("generate", routing.after_generate)
+    builder.add_edge("abstain", END)
+    graph = builder.compile(checkpointer=checkpointer, name="crag")
+    graph.parts = parts  # type: ignore[attr-defined]
+    return graph

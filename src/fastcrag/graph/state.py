@@ -1,0 +1,97 @@
+"""Graph state: a narrow input, the full internal state, a narrow output, and the decision trace."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypedDict
+
+Band = Literal["CORRECT", "AMBIGUOUS", "INCORRECT"]
+Action = Literal["generate", "refine", "rewrite", "abstain", "disabled"]
+STAGES = ("retrieve_ms", "rerank_ms", "crag_ms", "generate_ms")
+
+
+class Candidate(TypedDict):
+    """A retrieved chunk with its reranker score."""
+
+    chunk_id: str
+    source: str
+    text: str
+    score: float
+
+
+class Passage(TypedDict, total=False):
+    """What the generator sees: a chunk, or a sentence strip of one (`strip` true)."""
+
+    chunk_id: str
+    source: str
+    text: str
+    score: float
+    strip: bool
+
+
+class Citation(TypedDict):
+    """A passage an answer rests on."""
+
+    chunk_id: str
+    source: str
+    score: float
+
+
+class InputState(TypedDict):
+    """What a caller sends."""
+
+    question: str
+
+
+class OutputState(TypedDict, total=False):
+    """What a caller gets back: the same fields as `fastcrag ask --json`."""
+
+    answer: str
+    citations: list[Citation]
+    crag: dict[str, Any]
+
+
+class State(InputState, OutputState, total=False):
+    """Everything the nodes share; each node returns a partial update of it."""
+
+    retry: bool  # the next retrieval uses `rewritten_query` (set by rewrite, cleared by retrieve)
+    rewrites: int
+    rewritten_query: str | None
+    candidates: list[Candidate]
+    band: Band | None
+    top_score: float | None
+    verdicts: list[dict[str, Any]]
+    context: list[Passage]
+    strips_kept: int | None
+    failure: str | None
+    timings: dict[str, float]
+
+
+def add_time(state: State, stage: str, ms: float) -> dict[str, float]:
+    """A new timings dict with `ms` added to `stage` (the state's own dict is left untouched)."""
+    timings = dict(state.get("timings") or {})
+    timings[stage] = round(timings.get(stage, 0.0) + ms, 3)
+    return timings
+
+
+def band_of(score: float, reranker_threshold: float, crag_upper: float) -> Band:
+    """The band of one reranker score."""
+    if score >= crag_upper:
+        return "CORRECT"
+    if score >= reranker_threshold:
+        return "AMBIGUOUS"
+    return "INCORRECT"
+
+
+def trace(state: State, action: Action, timings: dict[str, float], extra: dict[str, Any]) -> dict[str, Any]:
+    """The `crag` decision trace returned with every answer."""
+    return {
+        "action": action,
+        "band": state.get("band"),
+        "top_score": state.get("top_score"),
+        "strips_kept": state.get("strips_kept") or 0,
+        "rewritten_query": state.get("rewritten_query"),
+        "verdicts": state.get("verdicts") or [],
+        "timings": {stage: round(timings.get(stage, 0.0), 3) for stage in STAGES},
+        "failure": state.get("failure"),
+        **extra,
+    }

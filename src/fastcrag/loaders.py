@@ -1,0 +1,119 @@
+"""Document loaders: .txt, .md, .html, .pdf files and BEIR-style .jsonl / .jsonl.gz corpora."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from fastcrag.text import clean_text
+
+log = logging.getLogger(__name__)
+
+TEXT_SUFFIXES = {".txt", ".md", ".markdown", ".rst"}
+HTML_SUFFIXES = {".html", ".htm"}
+SUFFIXES = TEXT_SUFFIXES | HTML_SUFFIXES | {".pdf", ".jsonl", ".jsonl.gz"}
+
+
+@dataclass(frozen=True)
+class SourceDocument:
+    """One document to index: a stable source key, a title and its text."""
+
+    source: str
+    title: str
+    text: str
+
+
+def _suffix(path: Path) -> str:
+    name = path.name.lower()
+    return ".jsonl.gz" if name.endswith(".jsonl.gz") else path.suffix.lower()
+
+
+def _read_text(path: Path) -> str:
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        log.warning("%s is not valid UTF-8; undecodable bytes replaced", path)
+        return data.decode("utf-8", errors="replace")
+
+
+def _html(path: Path) -> str:
+    from bs4 import BeautifulSoup
+
+    soup = BeautifulSoup(_read_text(path), "html.parser")
+    for tag in soup(["script", "style", "noscript", "template"]):
+        tag.decompose()
+    return str(soup.get_text("\n"))
+
+
+def _pdf(path: Path) -> str:
+    from pypdf import PdfReader
+
+    reader = PdfReader(str(path))
+    return "\n\n".join(page.extract_text() or "" for page in reader.pages)
+
+
+def _beir(path: Path) -> Iterator[SourceDocument]:
+    opener = gzip.open if path.name.lower().endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8", errors="replace") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                doc_id = str(row["_id"])
+            except (ValueError, KeyError, TypeError):
+                log.warning("%s:%d is not a BEIR corpus line ({_id, title, text}); skipped", path, n)
+                continue
+            title = str(row.get("title") or "")
+            text = str(row.get("text") or "")
+            yield SourceDocument(f"{path.name}#{doc_id}", title, f"{title}\n\n{text}" if title else text)
+
+
+def iter_files(paths: list[Path]) -> Iterator[Path]:
+    """Every supported file under the given files and folders, in a stable order."""
+    for path in paths:
+        if path.is_dir():
+            yield from (p for p in sorted(path.rglob("*")) if p.is_file() and _suffix(p) in SUFFIXES)
+        elif path.is_file():
+            if _suffix(path) in SUFFIXES:
+                yield path
+            else:
+                log.warning("%s: unsupported file type; supported: %s", path, ", ".join(sorted(SUFFIXES)))
+        else:
+            raise FileNotFoundError(f"no such file or folder: {path}")
+
+
+def load_documents(paths: list[Path]) -> Iterator[SourceDocument]:
+    """Read documents from files and folders; unreadable or empty files are skipped with a warning."""
+    for path in iter_files(paths):
+        suffix = _suffix(path)
+        if suffix in (".jsonl", ".jsonl.gz"):
+            for doc in _beir(path):
+                if doc.text.strip():
+                    yield SourceDocument(doc.source, doc.title, clean_text(doc.text))
+            continue
+        try:
+            text = _html(path) if suffix in HTML_SUFFIXES else _pdf(path) if suffix == ".pdf" else _read_text(path)
+        except Exception as exc:  # a damaged file must not stop the whole build
+            log.warning("%s could not be read (%s: %s); skipped", path, type(exc).__name__, exc)
+            continue
+        text = clean_text(text)
+        if not text.strip():
+            log.warning("%s is empty; skipped", path)
+            continue
+        yield SourceDocument(str(path.resolve()), path.stem, text)
+
+
+def python_reference() -> Iterator[SourceDocument]:
+    """Python's own language reference, which ships with every Python as `pydoc_data.topics`."""
+    from pydoc_data.topics import topics
+
+    for name in sorted(topics):
+        text = clean_text(topics[name])
+        if text.strip():
+            yield SourceDocument(f"pydoc:{name}", name, text)

@@ -1,0 +1,30 @@
+"""Node `abstain`: the fixed "I don't know" answer, with the trace saying why."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from langgraph.runtime import Runtime
+
+from fastcrag import metrics
+from fastcrag.components import Components
+from fastcrag.config.settings import Context
+from fastcrag.graph.state import State, trace
+from fastcrag.nodes.generate import trace_extra
+
+
+def make(parts: Components) -> Callable[[State, Runtime[Context]], dict[str, Any]]:
+    """Build the node over `parts`."""
+
+    def abstain(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+        """Answer with the abstention message and no citations."""
+        try:
+            message = parts.run_config(runtime.context).abstain_message
+        except Exception:  # even with broken calibration or overrides, abstaining must succeed
+            message = parts.settings.abstain_message
+        timings = dict(state.get("timings") or {})
+        metrics.record("abstain", timings)
+        return {"answer": message, "citations": [], "crag": trace(state, "abstain", timings, trace_extra(parts, state))}
+
+    return abstain

@@ -1,0 +1,67 @@
+"""Node `generate`: answer from the graded (or refined) passages, with citations and the decision trace."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from langgraph.runtime import Runtime
+
+from fastcrag import metrics
+from fastcrag.components import Components
+from fastcrag.config.settings import Context
+from fastcrag.graph.state import Action, Citation, State, add_time, trace
+
+
+def action_of(state: State, crag_enabled: bool) -> Action:
+    """The action that produced a generated answer."""
+    if not crag_enabled:
+        return "disabled"
+    if state.get("rewrites", 0) and state.get("rewritten_query"):
+        return "rewrite"
+    return "refine" if state.get("strips_kept") is not None else "generate"
+
+
+def trace_extra(parts: Components, state: State) -> dict[str, Any]:
+    """Trace fields naming the grader and the thresholds in force."""
+    try:
+        lo, hi = parts.calibration().thresholds()
+        return {"reranker": parts.reranker().name, "thresholds": {"reranker_threshold": lo, "crag_upper": hi}}
+    except Exception:  # the failure itself is already in the trace
+        return {"reranker": None, "thresholds": None}
+
+
+def make(parts: Components) -> Callable[[State, Runtime[Context]], dict[str, Any]]:
+    """Build the node over `parts`."""
+
+    def generate(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+        """Generate; a generator failure or an empty answer becomes a `failure` (routed to abstain)."""
+        started = time.perf_counter()
+        cfg = parts.run_config(runtime.context)
+        passages = list(state.get("context") or [])
+        try:
+            if not passages:
+                raise ValueError("no passage passed grading")
+            answer = parts.generator().generate(str(state["question"]), passages)
+            if not answer.text.strip():
+                raise ValueError("the generator returned an empty answer")
+        except Exception as exc:  # never an answer without grounding: abstain with the reason
+            return {"failure": f"generation failed: {type(exc).__name__}: {exc}",
+                    "timings": add_time(state, "generate_ms", (time.perf_counter() - started) * 1000)}
+        timings = add_time(state, "generate_ms", (time.perf_counter() - started) * 1000)
+        citations: list[Citation] = []
+        for i in answer.used:
+            p = passages[i]
+            if all(c["chunk_id"] != p["chunk_id"] for c in citations):
+                citations.append({"chunk_id": p["chunk_id"], "source": p["source"], "score": round(p["score"], 6)})
+        action = action_of(state, cfg.crag_enabled)
+        metrics.record(action, timings)
+        return {
+            "answer": answer.text.strip(),
+            "citations": citations,
+            "timings": timings,
+            "crag": trace({**state, "timings": timings}, action, timings, trace_extra(parts, state)),
+        }
+
+    return generate

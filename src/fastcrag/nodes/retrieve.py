@@ -1,0 +1,68 @@
+"""Node `retrieve`: fetch candidates for the question (or its rewrite) and score them with the reranker."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+from langgraph.runtime import Runtime
+
+from fastcrag.components import Components
+from fastcrag.config.settings import Context
+from fastcrag.graph.state import Candidate, State, add_time
+from fastcrag.reranker import checked_scores
+from fastcrag.text import clean_text
+
+
+def _candidate(doc: Any, score: float) -> Candidate:
+    meta = doc.metadata or {}
+    text = str(doc.page_content)
+    chunk_id = str(meta.get("chunk_id") or meta.get("id") or hashlib.sha256(text.encode()).hexdigest()[:16])
+    return {"chunk_id": chunk_id, "source": str(meta.get("source", "")), "text": text, "score": score}
+
+
+def make(parts: Components) -> Callable[[State, Runtime[Context]], dict[str, Any]]:
+    """Build the node over `parts`."""
+
+    def retrieve(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+        """Retrieve and rerank; failures and unusable questions become a traced `failure`."""
+        retry = bool(state.get("retry"))
+        # A fresh question (also on a thread that answered others before) starts a clean trace.
+        update: dict[str, Any] = {"retry": False, "failure": None, "candidates": []}
+        if not retry:
+            update |= {"rewrites": 0, "rewritten_query": None, "strips_kept": None, "band": None,
+                       "top_score": None, "verdicts": [], "context": [], "timings": {}}
+        timings_state: State = {**state, **update}  # type: ignore[typeddict-item]
+        question = clean_text(str(state.get("question") or "")).strip()
+        limit = parts.settings.max_question_chars
+        if not question:
+            return update | {"failure": "the question is empty"}
+        if len(question) > limit:
+            return update | {"failure": f"the question is longer than {limit} characters (FASTRAG_MAX_QUESTION_CHARS)"}
+        query = str(state.get("rewritten_query") or question) if retry else question
+        started = time.perf_counter()
+        try:
+            docs = parts.retriever().invoke(query)
+        except Exception as exc:  # a retriever failure abstains with the reason in the trace
+            return update | {"failure": f"retriever raised {type(exc).__name__}: {exc}"}
+        fetched = time.perf_counter()
+        try:
+            # Candidates are always graded against the user's question: a rewrite may widen recall,
+            # but it can never make weak evidence look strong for a question nobody asked.
+            scores = checked_scores(parts.reranker(), question, [str(d.page_content) for d in docs])
+        except Exception as exc:
+            return update | {"failure": str(exc)}
+        reranked = time.perf_counter()
+        candidates = sorted(
+            (_candidate(d, s) for d, s in zip(docs, scores, strict=True)), key=lambda c: c["score"], reverse=True
+        )
+        if retry:  # a second retrieval is part of the correction's cost
+            timings = add_time(timings_state, "crag_ms", (reranked - started) * 1000)
+        else:
+            timings = add_time(timings_state, "retrieve_ms", (fetched - started) * 1000)
+            timings = add_time({**timings_state, "timings": timings}, "rerank_ms", (reranked - fetched) * 1000)
+        return update | {"candidates": candidates, "timings": timings}
+
+    return retrieve

@@ -1,0 +1,155 @@
+"""Reranker / grader: `score(query, texts) -> list[float]` in [0, 1], one score per text."""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from functools import cache
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from fastcrag.embeddings import SentenceTransformerEmbeddings, default_embeddings
+
+PACKAGED_GRADER = Path(__file__).resolve().parent / "models" / "grader"
+BI_ENCODER = "bi-encoder"
+
+
+class RerankerError(RuntimeError):
+    """The reranker failed or returned scores that cannot be used."""
+
+
+@runtime_checkable
+class Reranker(Protocol):
+    """Anything that scores (query, text) pairs in [0, 1]; `name` ties it to its calibration."""
+
+    name: str
+
+    def score(self, query: str, texts: Sequence[str]) -> list[float]:
+        """Score each text against the query; higher is more relevant."""
+        ...
+
+
+def checked_scores(reranker: Reranker, query: str, texts: Sequence[str]) -> list[float]:
+    """Score with `reranker` and validate the result.
+
+    Raises:
+        RerankerError: the reranker raised, or returned the wrong number of scores, a NaN, or a value outside [0, 1].
+    """
+    if not texts:
+        return []
+    try:
+        raw = list(reranker.score(query, texts))
+    except Exception as exc:  # any reranker failure must become a traced abstention, not a crash
+        raise RerankerError(f"reranker {reranker.name!r} raised {type(exc).__name__}: {exc}") from exc
+    if len(raw) != len(texts):
+        raise RerankerError(f"reranker {reranker.name!r} returned {len(raw)} scores for {len(texts)} texts")
+    scores = [float(s) for s in raw]
+    if any(math.isnan(s) or s < 0.0 or s > 1.0 for s in scores):
+        raise RerankerError(f"reranker {reranker.name!r} returned a score that is NaN or outside [0, 1]")
+    return scores
+
+
+class CrossEncoderReranker:
+    """A sentence-transformers `CrossEncoder` with one logit, squashed by a sigmoid into [0, 1]."""
+
+    def __init__(self, model: str | Path, max_length: int = 256, batch_size: int = 32) -> None:
+        """Create the reranker; the weights load on first use.
+
+        Args:
+            model: A local folder or a model name already in the local cache (nothing is downloaded).
+            max_length: Token limit for the (query, text) pair.
+            batch_size: Pairs per forward pass.
+        """
+        self.model_path = str(model)
+        self.name = _model_name(Path(self.model_path))
+        self.max_length = max_length
+        self.batch_size = batch_size
+        self._model: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def model(self) -> Any:
+        """The loaded `CrossEncoder` (loaded once, thread-safe)."""
+        if self._model is None:
+            with self._lock:
+                if self._model is None:
+                    import torch
+                    from sentence_transformers import CrossEncoder
+
+                    self._model = CrossEncoder(
+                        self.model_path,
+                        device="cpu",
+                        max_length=self.max_length,
+                        local_files_only=True,
+                        activation_fn=torch.nn.Sigmoid(),
+                    )
+        return self._model
+
+    def score(self, query: str, texts: Sequence[str]) -> list[float]:
+        """Score each text against the query."""
+        pairs = [(query, t) for t in texts]
+        scores = self.model.predict(pairs, batch_size=self.batch_size, show_progress_bar=False)
+        return [float(s) for s in scores]
+
+
+class BiEncoderReranker:
+    """Stand-in grader: cosine of the bi-encoder embeddings, clipped to [0, 1]."""
+
+    def __init__(self, embeddings: SentenceTransformerEmbeddings | None = None) -> None:
+        """Create the grader over `embeddings` (the default embedder when None)."""
+        self.embeddings = embeddings or default_embeddings()
+        self.name = f"{BI_ENCODER}:{self.embeddings.name}"
+        self._cache: OrderedDict[str, Any] = OrderedDict()
+        self._cache_lock = threading.Lock()
+
+    def score(self, query: str, texts: Sequence[str]) -> list[float]:
+        """Cosine similarity of the query to each text, clipped to [0, 1]; text embeddings are cached (LRU)."""
+        with self._cache_lock:
+            known = {t: self._cache[t] for t in texts if t in self._cache}
+        missing = list(dict.fromkeys(t for t in texts if t not in known))
+        fresh = self.embeddings.encode([query, *missing])
+        local = dict(zip(missing, fresh[1:], strict=True))
+        with self._cache_lock:
+            vectors = [local[t] if t in local else known[t] for t in texts]
+            for text, vector in zip(texts, vectors, strict=True):
+                self._cache[text] = vector
+                self._cache.move_to_end(text)
+            while len(self._cache) > 50_000:
+                self._cache.popitem(last=False)
+        return [min(1.0, max(0.0, float(v @ fresh[0]))) for v in vectors]
+
+
+def _model_name(path: Path) -> str:
+    """A stable name for a model folder: its `fastcrag_model.json` name when present, else the folder name."""
+    import json
+
+    meta = path / "fastcrag_model.json"
+    if meta.is_file():
+        try:
+            return str(json.loads(meta.read_text(encoding="utf-8"))["name"])
+        except (ValueError, KeyError, OSError):
+            pass
+    return path.name or str(path)
+
+
+def default_reranker_spec() -> str:
+    """The packaged grader when it is installed, else the bi-encoder stand-in."""
+    return str(PACKAGED_GRADER) if (PACKAGED_GRADER / "fastcrag_model.json").is_file() else BI_ENCODER
+
+
+@cache
+def load_reranker(spec: str) -> Reranker:
+    """Load a reranker from a spec: `bi-encoder`, a local folder, or a cached model name.
+
+    A folder holding `model.onnx` is served by ONNX Runtime; any other folder or name by sentence-transformers.
+    """
+    if spec in (BI_ENCODER, f"{BI_ENCODER}:all-MiniLM-L6-v2"):
+        return BiEncoderReranker()
+    path = Path(spec).expanduser()
+    if (path / "model.onnx").is_file():
+        from fastcrag.onnx_reranker import OnnxCrossEncoderReranker
+
+        return OnnxCrossEncoderReranker(path)
+    return CrossEncoderReranker(path if path.exists() else spec)

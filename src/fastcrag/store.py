@@ -1,0 +1,250 @@
+"""FAISS vector store persisted without pickle: index.faiss + chunks.jsonl + manifest.json, swapped atomically."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
+from langchain_core.vectorstores import VectorStore
+
+CURRENT = "CURRENT"
+FORMAT_VERSION = 1
+
+
+class IndexLoadError(RuntimeError):
+    """The index folder is missing, damaged or out of step; the message names the folder."""
+
+
+
+
+class FaissStore(VectorStore):
+    """Inner-product FAISS index over normalised embeddings, with its chunk store in step, row for row."""
+
+    def __init__(
+        self,
+        embedding: Embeddings,
+        index: Any = None,
+        chunks: list[dict[str, Any]] | None = None,
+        documents: dict[str, dict[str, Any]] | None = None,
+    ) -> None:
+        """Create a store.
+
+        Args:
+            embedding: The embedder that produced (and will produce) the vectors.
+            index: A `faiss.IndexFlatIP`; a new empty one when None.
+            chunks: One dict per index row: `id`, `text`, and `metadata`.
+            documents: Per source document: `hash` and its chunk `ids` (for incremental updates).
+        """
+        self.embedding = embedding
+        self._index = index
+        self.chunks: list[dict[str, Any]] = chunks or []
+        self.documents: dict[str, dict[str, Any]] = documents or {}
+
+    @property
+    def embeddings(self) -> Embeddings:
+        """The embedder."""
+        return self.embedding
+
+    def _ensure_index(self, dim: int) -> Any:
+        import faiss
+
+        if self._index is None:
+            self._index = faiss.IndexFlatIP(dim)
+        return self._index
+
+    def __len__(self) -> int:
+        return len(self.chunks)
+
+    # -- writing -----------------------------------------------------------------------------------------
+    def add_texts(
+        self,
+        texts: Iterable[str],
+        metadatas: list[dict[str, Any]] | None = None,
+        *,
+        ids: list[str] | None = None,
+        **kwargs: Any,
+    ) -> list[str]:
+        """Embed and add texts; returns their ids."""
+        texts = list(texts)
+        vectors = np.asarray(self.embedding.embed_documents(texts), dtype=np.float32)
+        return self.add_vectors(texts, vectors, metadatas, ids=ids)
+
+    def add_vectors(
+        self,
+        texts: Sequence[str],
+        vectors: Any,
+        metadatas: Sequence[dict[str, Any]] | None = None,
+        *,
+        ids: Sequence[str] | None = None,
+    ) -> list[str]:
+        """Add texts whose unit-norm embeddings were already computed."""
+        if len(texts) == 0:
+            return []
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        if vectors.shape[0] != len(texts):
+            raise ValueError(f"{vectors.shape[0]} vectors for {len(texts)} texts")
+        ids = list(ids) if ids is not None else [uuid.uuid4().hex for _ in texts]
+        metadatas = list(metadatas) if metadatas is not None else [{} for _ in texts]
+        self._ensure_index(vectors.shape[1]).add(vectors)
+        for text, meta, chunk_id in zip(texts, metadatas, ids, strict=True):
+            self.chunks.append({"id": chunk_id, "text": text, "metadata": {**meta, "chunk_id": chunk_id}})
+        return ids
+
+    def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
+        """Remove chunks by id (rebuilds the flat index from its stored vectors)."""
+        if not ids or self._index is None:
+            return False
+        drop = set(ids)
+        keep = [i for i, c in enumerate(self.chunks) if c["id"] not in drop]
+        if len(keep) == len(self.chunks):
+            return False
+        import faiss
+
+        vectors = self._index.reconstruct_n(0, self._index.ntotal)[keep] if keep else None
+        index = faiss.IndexFlatIP(self._index.d)
+        if vectors is not None:
+            index.add(np.ascontiguousarray(vectors))
+        self._index = index
+        self.chunks = [self.chunks[i] for i in keep]
+        return True
+
+    # -- reading -----------------------------------------------------------------------------------------
+    def similarity_search_with_score(self, query: str, k: int = 4, **kwargs: Any) -> list[tuple[Document, float]]:
+        """Top-k chunks by cosine similarity, with the similarity."""
+        if self._index is None or self._index.ntotal == 0 or not query.strip():
+            return []
+        vector = np.asarray([self.embedding.embed_query(query)], dtype=np.float32)
+        scores, rows = self._index.search(vector, min(k, self._index.ntotal))
+        out = []
+        for score, row in zip(scores[0], rows[0], strict=True):
+            if row < 0:
+                continue
+            chunk = self.chunks[int(row)]
+            out.append((Document(page_content=chunk["text"], metadata=dict(chunk["metadata"])), float(score)))
+        return out
+
+    def _similarity_search_with_relevance_scores(
+        self, query: str, k: int = 4, **kwargs: Any
+    ) -> list[tuple[Document, float]]:
+        return self.similarity_search_with_score(query, k, **kwargs)
+
+    def similarity_search(self, query: str, k: int = 4, **kwargs: Any) -> list[Document]:
+        """Top-k chunks by cosine similarity; each carries `bi_score` in its metadata."""
+        docs = []
+        for doc, score in self.similarity_search_with_score(query, k, **kwargs):
+            doc.metadata["bi_score"] = score
+            docs.append(doc)
+        return docs
+
+    @classmethod
+    def from_texts(
+        cls,
+        texts: list[str],
+        embedding: Embeddings,
+        metadatas: list[dict[str, Any]] | None = None,
+        *,
+        ids: list[str] | None = None,
+        **kwargs: Any,
+    ) -> FaissStore:
+        """Build a store from texts."""
+        store = cls(embedding)
+        store.add_texts(texts, metadatas, ids=ids)
+        return store
+
+    # -- persistence -------------------------------------------------------------------------------------
+    def save(self, folder: str | Path, meta: dict[str, Any] | None = None) -> Path:
+        """Write the store as a new version under `folder` and switch `folder/CURRENT` to it atomically.
+
+        A build killed at any point leaves the previous version loadable: files are written into a fresh
+        folder, flushed, and only then is the one-line pointer file replaced with `os.replace`.
+        """
+        import faiss
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        staging = folder / f".tmp-{uuid.uuid4().hex}"
+        staging.mkdir()
+        index = self._index if self._index is not None else faiss.IndexFlatIP(_dimension(self.embedding))
+        faiss.write_index(index, str(staging / "index.faiss"))
+        with open(staging / "chunks.jsonl", "w", encoding="utf-8") as fh:
+            for chunk in self.chunks:
+                fh.write(json.dumps(chunk, ensure_ascii=False) + "\n")
+        manifest = {
+            "format": FORMAT_VERSION,
+            "count": len(self.chunks),
+            "dim": int(index.d),
+            "embedder": getattr(self.embedding, "name", type(self.embedding).__name__),
+            "documents": self.documents,
+            **(meta or {}),
+        }
+        (staging / "manifest.json").write_text(json.dumps(manifest, ensure_ascii=False), encoding="utf-8")
+        for name in ("index.faiss", "chunks.jsonl", "manifest.json"):
+            _fsync(staging / name)
+        version = folder / f"v-{uuid.uuid4().hex[:12]}"
+        os.replace(staging, version)
+        pointer = folder / f".{CURRENT}.{uuid.uuid4().hex}"
+        pointer.write_text(version.name + "\n", encoding="utf-8")
+        _fsync(pointer)
+        os.replace(pointer, folder / CURRENT)
+        _fsync(folder)
+        for old in folder.iterdir():
+            if old.name != version.name and (old.name.startswith(("v-", ".tmp-", f".{CURRENT}."))):
+                shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink(missing_ok=True)
+        return version
+
+    @classmethod
+    def load(cls, folder: str | Path, embedding: Embeddings) -> FaissStore:
+        """Load the current version of a saved store.
+
+        Raises:
+            IndexLoadError: the folder holds no index, a file is damaged, the chunk store is out of step with
+                the FAISS index, or the index was built with another embedder.
+        """
+        import faiss
+
+        folder = Path(folder)
+        try:
+            version = folder / (folder / CURRENT).read_text(encoding="utf-8").strip()
+        except (FileNotFoundError, NotADirectoryError):
+            raise IndexLoadError(f"no index in {folder} (build one with `fastcrag index PATH --index {folder}`)")
+        except OSError as exc:
+            raise IndexLoadError(f"cannot read index {folder}: {exc}") from None
+        if not version.name.startswith("v-") or not version.is_dir():
+            raise IndexLoadError(f"index {folder}: {CURRENT} points to a missing version {version.name!r}")
+        try:
+            manifest = json.loads((version / "manifest.json").read_text(encoding="utf-8"))
+            index = faiss.read_index(str(version / "index.faiss"))
+            with open(version / "chunks.jsonl", encoding="utf-8") as fh:
+                chunks = [json.loads(line) for line in fh if line.strip()]
+        except (OSError, ValueError, RuntimeError) as exc:
+            raise IndexLoadError(f"index {folder} is damaged ({type(exc).__name__}: {exc}); rebuild it") from None
+        if not (index.ntotal == len(chunks) == manifest.get("count")):
+            raise IndexLoadError(
+                f"index {folder} is out of step: FAISS holds {index.ntotal} vectors, the chunk store "
+                f"{len(chunks)} chunks, the manifest {manifest.get('count')}; rebuild it"
+            )
+        name = getattr(embedding, "name", None)
+        if name is not None and manifest.get("embedder") not in (None, name):
+            raise IndexLoadError(f"index {folder} was built with embedder {manifest['embedder']!r}, not {name!r}")
+        return cls(embedding, index, chunks, manifest.get("documents", {}))
+
+
+def _dimension(embedding: Embeddings) -> int:
+    dim = getattr(embedding, "dimension", None)
+    return int(dim) if dim is not None else len(embedding.embed_query("dimension probe"))
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

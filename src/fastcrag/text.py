@@ -1,0 +1,117 @@
+"""Text units: sentence strips, token counting and token-budgeted chunking."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+# A sentence ends at . ! ? (optionally followed by closing quotes/brackets) before whitespace and an
+# upper-case letter, digit or opening quote; common abbreviations and initials do not end a sentence.
+_ABBREVIATIONS = {
+    "e.g", "i.e", "etc", "vs", "mr", "mrs", "ms", "dr", "prof", "st", "no", "fig", "al", "approx", "jr", "sr",
+    "inc", "ltd", "co", "u.s", "u.k", "cf", "ca", "vol", "pp", "jan", "feb", "mar", "apr", "jun", "jul", "aug",
+    "sep", "sept", "oct", "nov", "dec",
+}
+_BOUNDARY = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def clean_text(text: str) -> str:
+    """Normalise text for indexing and prompting: NFC, no control characters or lone surrogates."""
+    text = text.encode("utf-8", errors="replace").decode("utf-8")
+    return _CONTROL.sub(" ", unicodedata.normalize("NFC", text))
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split text into sentence strips; blank lines and line-broken blocks also separate strips."""
+    strips: list[str] = []
+    for block in re.split(r"\n\s*\n", text):
+        block = " ".join(block.split())
+        if not block:
+            continue
+        start = 0
+        for match in _BOUNDARY.finditer(block):
+            candidate = block[start : match.start()].strip()
+            last_word = candidate.rsplit(" ", 1)[-1].rstrip(".!?\"')]").lower()
+            if last_word in _ABBREVIATIONS or (len(last_word) == 1 and last_word.isalpha()):
+                continue
+            if candidate:
+                strips.append(candidate)
+            start = match.end()
+        tail = block[start:].strip()
+        if tail:
+            strips.append(tail)
+    return strips
+
+
+@cache
+def _tokenizer(path: str) -> Any:
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(path)
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    return tokenizer
+
+
+def default_tokenizer() -> Any:
+    """The embedder's WordPiece tokenizer (fast, no model load)."""
+    from fastcrag.embeddings import packaged_minilm_path
+
+    return _tokenizer(str(Path(packaged_minilm_path()) / "tokenizer.json"))
+
+
+def count_tokens(texts: list[str]) -> list[int]:
+    """Number of embedder tokens in each text (no special tokens)."""
+    if not texts:
+        return []
+    encodings = default_tokenizer().encode_batch(texts, add_special_tokens=False)
+    return [len(e.ids) for e in encodings]
+
+
+def _split_long(sentence: str, size: int) -> list[str]:
+    """Cut one over-long sentence into windows of at most `size` tokens, at token boundaries."""
+    encoding = default_tokenizer().encode(sentence, add_special_tokens=False)
+    offsets = encoding.offsets
+    pieces = []
+    for i in range(0, len(offsets), size):
+        window = offsets[i : i + size]
+        pieces.append(sentence[window[0][0] : window[-1][1]].strip())
+    return [p for p in pieces if p]
+
+
+def chunk_text(text: str, size: int = 128, overlap: int = 24) -> list[str]:
+    """Pack whole sentences into chunks of at most `size` tokens, repeating about `overlap` tokens between chunks.
+
+    Args:
+        text: The document text.
+        size: Token budget per chunk.
+        overlap: Tokens (whole trailing sentences, when they fit) carried into the next chunk.
+    """
+    sentences: list[str] = []
+    raw = split_sentences(text)
+    for sentence, n in zip(raw, count_tokens(raw), strict=True):
+        sentences.extend(_split_long(sentence, size) if n > size else [sentence])
+    counts = count_tokens(sentences)
+    chunks: list[str] = []
+    current: list[tuple[str, int]] = []
+    used = 0
+    for sentence, n in zip(sentences, counts, strict=True):
+        if current and used + n > size:
+            chunks.append(" ".join(s for s, _ in current))
+            carried: list[tuple[str, int]] = []
+            carried_tokens = 0
+            for s, k in reversed(current):
+                if carried_tokens + k > overlap or carried_tokens + k + n > size:
+                    break
+                carried.insert(0, (s, k))
+                carried_tokens += k
+            current, used = carried, carried_tokens
+        current.append((sentence, n))
+        used += n
+    if current:
+        chunks.append(" ".join(s for s, _ in current))
+    return chunks

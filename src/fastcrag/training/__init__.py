@@ -1,0 +1,3 @@
+"""Training, export and benchmarking of fastcrag's own cross-encoder grader."""
+
+from __future__ import annotations

@@ -1,0 +1,418 @@
+"""Quality (AUC, nDCG@10, strip accuracy) and speed (P50/P95) benchmarks of graders against baselines."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import re
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from fastcrag.training.data import (
+    Article,
+    answer_sentence_index,
+    heldout_squad_articles,
+    load_beir,
+    load_squad,
+    split_sentences,
+    squad11_articles,
+)
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+_TOKEN_RE = re.compile(r"\w+")
+_SAMPLE_TEXT = (
+    "The Normans were the people who in the 10th and 11th centuries gave their name to Normandy, a "
+    "region in France. They were descended from Norse raiders and pirates from Denmark, Iceland and "
+    "Norway who, under their leader Rollo, agreed to swear fealty to King Charles III of West Francia. "
+    "Through generations of assimilation and mixing with the native Frankish and Roman-Gaulish "
+    "populations, their descendants would gradually merge with the Carolingian-based cultures of West "
+    "Francia. The distinct cultural and ethnic identity of the Normans emerged initially in the first "
+    "half of the 10th century, and it continued to evolve over the succeeding centuries. Steam engines "
+    "are external combustion engines, where the working fluid is separate from the combustion products. "
+    "Non-combustion heat sources such as solar power, nuclear power or geothermal energy may be used. "
+    "The ideal thermodynamic cycle used to analyze this process is called the Rankine cycle. "
+)
+
+
+# ------------------------------------------------------------------------------------------------ metrics
+
+
+def auc(pos: Sequence[float], neg: Sequence[float]) -> float:
+    """ROC AUC of positives over negatives (Mann-Whitney, ties count half)."""
+    import numpy as np
+    from scipy.stats import rankdata
+
+    if not pos or not neg:
+        return float("nan")
+    r = rankdata(np.concatenate([np.asarray(pos, dtype=np.float64), np.asarray(neg, dtype=np.float64)]))
+    return float((r[: len(pos)].sum() - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg)))
+
+
+def ndcg_at_k(ranked: Sequence[str], relevant: set[str], k: int = 10) -> float:
+    """Binary-relevance nDCG@k of one ranking."""
+    dcg = sum(1.0 / math.log2(i + 2) for i, d in enumerate(ranked[:k]) if d in relevant)
+    ideal = sum(1.0 / math.log2(i + 2) for i in range(min(k, len(relevant))))
+    return dcg / ideal if ideal else 0.0
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0-100) by linear interpolation."""
+    s = sorted(values)
+    if not s:
+        return float("nan")
+    pos = (len(s) - 1) * q / 100
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def bm25_tokens(text: str) -> list[str]:
+    """Lower-cased word tokens minus English stop words, for BM25."""
+    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+
+    return [t for t in _TOKEN_RE.findall(text.lower()) if t not in ENGLISH_STOP_WORDS]
+
+
+def _bm25(docs: Sequence[str]) -> Any:
+    from rank_bm25 import BM25Okapi
+
+    return BM25Okapi([bm25_tokens(d) or ["_"] for d in docs], k1=0.9, b=0.4)
+
+
+# ------------------------------------------------------------------------------------------------ quality
+
+
+def _sample(items: Sequence[Any], n: int, seed: int) -> list[Any]:
+    items = list(items)
+    random.Random(seed).shuffle(items)
+    return items[:n]
+
+
+def _first10_titles(data_root: Path) -> set[str]:
+    path = data_root / "train" / "squad2-train-first10" / "train-v2.0.json"
+    return {a.title for a in load_squad(path)} if path.exists() else set()
+
+
+def _cached_embeddings(emb: Any, texts: list[str], cache: Path | None) -> Any:
+    """Embed texts, reusing an `.npy` cache keyed by the texts' hash (no pickle)."""
+    import hashlib
+
+    import numpy as np
+
+    key = hashlib.sha1("\x1e".join(texts).encode("utf-8")).hexdigest()[:16]
+    if cache is not None:
+        path = cache / f"emb-{emb.name}-{key}.npy"
+        if path.exists():
+            return np.load(path, allow_pickle=False)
+    vecs = emb.encode(texts)
+    if cache is not None:
+        cache.mkdir(parents=True, exist_ok=True)
+        np.save(path, vecs, allow_pickle=False)
+    return vecs
+
+
+def quality_benchmark(
+    graders: Sequence[str],
+    data_root: Path,
+    *,
+    per_class: int = 400,
+    scifact_depth: int = 100,
+    scifact_claims: int = 0,
+    threads: int = 2,
+    dev_percent: float = 5.0,
+    seed: int = 0,
+    cache_dir: Path | None = Path("runs/cache"),
+    progress: Callable[[str], None] = print,
+) -> dict[str, dict[str, float]]:
+    """Print and return the quality table: rows = measures, columns = baselines and graders.
+
+    Measures: (1) squad2-dev, corpus = its paragraphs, bi-encoder top-20 reranked, score = top score: AUC
+    answerable vs off-corpus (held-out SQuAD 1.1 articles of the dev split), AUC answerable vs
+    unanswerable, gold paragraph first; (2) SciFact test nDCG@10 reranking the bi-encoder's top
+    `scifact_depth`; (3) strip scoring: share of held-out SQuAD 1.1 questions whose answer sentence ranks
+    first among its paragraph's sentences.
+    """
+    import numpy as np
+    import torch
+
+    from fastcrag.embeddings import SentenceTransformerEmbeddings
+    from fastcrag.reranker import default_reranker_spec, load_reranker
+
+    torch.set_num_threads(threads)
+    os.environ.setdefault("FASTCRAG_ORT_THREADS", str(threads))
+    specs = list(graders) or [default_reranker_spec()]
+    rerankers = {spec: load_reranker(spec) for spec in specs}
+    cols = ["bi-encoder", "BM25", *[r.name for r in rerankers.values()]]
+    table: dict[str, dict[str, float]] = {}
+    emb = SentenceTransformerEmbeddings()
+    t_start = time.time()
+
+    # --- squad2-dev paragraph retrieval + answerability
+    dev_articles = load_squad(next((data_root / "squad2-dev").glob("*.json")))
+    paras: list[str] = []
+    gold_of: dict[tuple[int, int], int] = {}
+    for ai, a in enumerate(dev_articles):
+        for pi, p in enumerate(a.paragraphs):
+            gold_of[(ai, pi)] = len(paras)
+            paras.append(p)
+    ans = [
+        (q.question, gold_of[(ai, q.paragraph)])
+        for ai, a in enumerate(dev_articles)
+        for q in a.questions
+        if not q.impossible
+    ]
+    unans = [q.question for a in dev_articles for q in a.questions if q.impossible]
+    sq11 = squad11_articles(data_root)
+    held: list[Article] = heldout_squad_articles(sq11, dev_percent, _first10_titles(data_root))
+    off = [q.question for a in held for q in a.questions]
+    ans = _sample(ans, per_class, seed)
+    unans = _sample(unans, per_class, seed + 1)
+    off = _sample(off, per_class, seed + 2)
+    progress(
+        f"squad2-dev: {len(paras)} paragraphs; {len(ans)} answerable, {len(unans)} unanswerable, {len(off)} "
+        f"off-corpus questions from {len(held)} held-out SQuAD 1.1 articles"
+    )
+    pvec = _cached_embeddings(emb, paras, cache_dir)
+    queries = [q for q, _ in ans] + unans + off
+    qvec = emb.encode(queries)
+    sims = qvec @ pvec.T
+    top20 = np.argsort(-sims, axis=1)[:, :20]
+    n_a, n_u = len(ans), len(unans)
+    bi_top = sims[np.arange(len(queries))[:, None], top20][:, 0].tolist()
+    table["squad2-dev AUC answerable vs off-corpus"] = {"bi-encoder": auc(bi_top[:n_a], bi_top[n_a + n_u :])}
+    table["squad2-dev AUC answerable vs unanswerable"] = {
+        "bi-encoder": auc(bi_top[:n_a], bi_top[n_a : n_a + n_u])
+    }
+    table["squad2-dev gold paragraph first (answerable)"] = {
+        "bi-encoder": float(np.mean([top20[i, 0] == g for i, (_, g) in enumerate(ans)]))
+    }
+    for spec, rr in rerankers.items():
+        t0 = time.time()
+        best, first = [], []
+        for i, q in enumerate(queries):
+            cand = [int(j) for j in top20[i]]
+            sc = rr.score(q, [paras[j] for j in cand])
+            k = int(np.argmax(sc))
+            best.append(float(sc[k]))
+            first.append(cand[k])
+        table["squad2-dev AUC answerable vs off-corpus"][rr.name] = auc(best[:n_a], best[n_a + n_u :])
+        table["squad2-dev AUC answerable vs unanswerable"][rr.name] = auc(best[:n_a], best[n_a : n_a + n_u])
+        table["squad2-dev gold paragraph first (answerable)"][rr.name] = float(
+            np.mean([first[i] == g for i, (_, g) in enumerate(ans)])
+        )
+        progress(f"  {rr.name}: squad2-dev reranked in {time.time() - t0:.0f}s")
+
+    # --- strip scoring on held-out SQuAD 1.1
+    strips = []
+    for a in held:
+        for q in a.questions:
+            sents = split_sentences(a.paragraphs[q.paragraph])
+            k = answer_sentence_index(sents, q.answers)
+            if k is not None and len(sents) > 1:
+                strips.append((q.question, sents, k))
+    strips = _sample(strips, per_class, seed + 3)
+    row: dict[str, float] = {}
+    hits = []
+    for q, sents, k in strips:
+        v = emb.encode([q, *sents])
+        hits.append(int(np.argmax(v[1:] @ v[0])) == k)
+    row["bi-encoder"] = float(np.mean(hits))
+    hits = []
+    for q, sents, k in strips:
+        bm = _bm25(sents).get_scores(bm25_tokens(q))
+        hits.append(int(np.argmax(bm)) == k)
+    row["BM25"] = float(np.mean(hits))
+    for rr in rerankers.values():
+        row[rr.name] = float(np.mean([int(np.argmax(rr.score(q, s))) == k for q, s, k in strips]))
+    table[f"strip: answer sentence first ({len(strips)} held-out q)"] = row
+
+    # --- SciFact test
+    corpus, claims, qrels = load_beir(data_root / "scifact", "test")
+    doc_ids = sorted(corpus)
+    qids = sorted(claims, key=lambda x: int(x) if x.isdigit() else x)
+    if scifact_claims:
+        qids = qids[:scifact_claims]
+    progress(f"scifact: {len(doc_ids)} abstracts, {len(qids)} test claims, reranking top {scifact_depth}")
+    dvec = _cached_embeddings(emb, [corpus[d] for d in doc_ids], cache_dir)
+    cvec = emb.encode([claims[q] for q in qids])
+    csims = cvec @ dvec.T
+    top = np.argsort(-csims, axis=1)[:, :scifact_depth]
+    bm = _bm25([corpus[d] for d in doc_ids])
+    sf: dict[str, float] = {}
+    sf["bi-encoder"] = float(
+        np.mean([ndcg_at_k([doc_ids[j] for j in top[i]], qrels[q]) for i, q in enumerate(qids)])
+    )
+    bm_scores = [bm.get_scores(bm25_tokens(claims[q])) for q in qids]
+    sf["BM25"] = float(
+        np.mean(
+            [
+                ndcg_at_k([doc_ids[j] for j in np.argsort(-s)[:10]], qrels[q])
+                for s, q in zip(bm_scores, qids, strict=True)
+            ]
+        )
+    )
+    for rr in rerankers.values():
+        t0 = time.time()
+        vals = []
+        for i, q in enumerate(qids):
+            cand = [doc_ids[j] for j in top[i]]
+            sc = rr.score(claims[q], [corpus[d] for d in cand])
+            order = sorted(range(len(cand)), key=lambda j: -sc[j])
+            vals.append(ndcg_at_k([cand[j] for j in order], qrels[q]))
+        sf[rr.name] = float(np.mean(vals))
+        progress(f"  {rr.name}: scifact reranked in {time.time() - t0:.0f}s")
+    table[f"SciFact test nDCG@10 (rerank bi-encoder top {scifact_depth})"] = sf
+
+    print_table(table, cols)
+    progress(f"quality benchmark took {time.time() - t_start:.0f}s")
+    return table
+
+
+def print_table(table: dict[str, dict[str, float]], cols: Sequence[str]) -> None:
+    """Print a measures x columns table in Markdown; '-' where a column does not apply."""
+    width = max(len(r) for r in table)
+    print()
+    print("| " + "measure".ljust(width) + " | " + " | ".join(cols) + " |")
+    print("|" + "-" * (width + 2) + "|" + "|".join("-" * (len(c) + 2) for c in cols) + "|")
+    for r, vals in table.items():
+        cells = [f"{vals[c]:.3f}".rjust(len(c)) if c in vals else "-".rjust(len(c)) for c in cols]
+        print("| " + r.ljust(width) + " | " + " | ".join(cells) + " |")
+    print()
+
+
+# -------------------------------------------------------------------------------------------------- speed
+
+
+class _TorchBf16Reranker:
+    """The sentence-transformers model run under bfloat16 autocast (timing variant)."""
+
+    def __init__(self, path: Path, max_length: int = 256) -> None:
+        from fastcrag.reranker import CrossEncoderReranker
+
+        self.inner = CrossEncoderReranker(path, max_length=max_length)
+        self.name = self.inner.name + " [torch bf16]"
+
+    def score(self, query: str, texts: Sequence[str]) -> list[float]:
+        import torch
+
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return self.inner.score(query, texts)
+
+
+def _texts_of_length(tokenizer: Any, n_tokens: int, count: int) -> list[str]:
+    """`count` different passages of exactly `n_tokens` word pieces, cut from a fixed English text."""
+    ids = tokenizer.encode(_SAMPLE_TEXT * 8, add_special_tokens=False)
+    out = []
+    for i in range(count):
+        start = (i * 37) % max(1, len(ids) - n_tokens)
+        out.append(tokenizer.decode(ids[start : start + n_tokens]))
+    return out
+
+
+def _time(fn: Callable[[], Any], repeats: int, warmup: int = 3) -> list[float]:
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t0) * 1000)
+    return out
+
+
+def speed_benchmark(
+    torch_model: Path | None,
+    onnx_dirs: Sequence[Path],
+    *,
+    candidates: int = 20,
+    lengths: Sequence[int] = (128, 256),
+    repeats: int = 30,
+    threads: int = 2,
+    pipeline_corpus: int = 10000,
+) -> list[dict[str, Any]]:
+    """Print P50/P95 latency (ms, tokenisation included) of reranking `candidates` passages of each length.
+
+    Variants: the sentence-transformers fp32 path (and bf16 autocast) of `torch_model`, and each ONNX
+    folder. A last table times the retrieval path: query embedding + FAISS flat search over
+    `pipeline_corpus` vectors + reranking with each ONNX variant at the first length.
+    """
+    import faiss
+    import numpy as np
+    import torch
+    from transformers import AutoTokenizer
+
+    from fastcrag.embeddings import SentenceTransformerEmbeddings, packaged_minilm_path
+    from fastcrag.onnx_reranker import OnnxCrossEncoderReranker
+    from fastcrag.reranker import CrossEncoderReranker
+
+    torch.set_num_threads(threads)
+    faiss.omp_set_num_threads(threads)
+    tok = AutoTokenizer.from_pretrained(str(packaged_minilm_path()), local_files_only=True)
+    variants: list[tuple[str, Any]] = []
+    if torch_model is not None:
+        variants.append(("sentence-transformers fp32", CrossEncoderReranker(torch_model, max_length=512)))
+        variants.append(("torch bf16 autocast", _TorchBf16Reranker(torch_model, max_length=512)))
+    for d in onnx_dirs:
+        r = OnnxCrossEncoderReranker(d, max_length=512, threads=threads)
+        variants.append((f"onnx {r.name} ({d.name})", r))
+    query = "who agreed to swear fealty to the king of west francia?"
+    rows: list[dict[str, Any]] = []
+    print(
+        f"\nreranking {candidates} candidates, {threads} threads, {repeats} runs after 3 warm-up, "
+        "tokenisation included"
+    )
+    print("| variant | tokens | P50 ms | P95 ms |\n|---|---|---|---|")
+    for n in lengths:
+        texts = _texts_of_length(tok, n, candidates)
+        for label, r in variants:
+            ms = _time(lambda r=r, texts=texts: r.score(query, texts), repeats)
+            row = {"variant": label, "tokens": n, "p50_ms": percentile(ms, 50), "p95_ms": percentile(ms, 95)}
+            rows.append(row)
+            print(f"| {label} | {n} | {row['p50_ms']:.0f} | {row['p95_ms']:.0f} |", flush=True)
+    if onnx_dirs:
+        emb = SentenceTransformerEmbeddings()
+        rng = np.random.default_rng(0)
+        base = rng.standard_normal((pipeline_corpus, 384)).astype(np.float32)
+        base /= np.linalg.norm(base, axis=1, keepdims=True)
+        index = faiss.IndexFlatIP(384)
+        index.add(base)
+        texts = _texts_of_length(tok, lengths[0], candidates)
+        embed_ms = _time(lambda: index.search(emb.encode([query]), candidates), repeats)
+        print(
+            f"\nretrieval path at {lengths[0]} tokens: query embedding + FAISS flat search over "
+            f"{pipeline_corpus} "
+            f"vectors + rerank {candidates}"
+        )
+        print("| variant | embed+search P50 ms | total P50 ms | total P95 ms |\n|---|---|---|---|")
+        for d in onnx_dirs:
+            r = OnnxCrossEncoderReranker(d, max_length=512, threads=threads)
+
+            def full(r: OnnxCrossEncoderReranker = r) -> None:
+                index.search(emb.encode([query]), candidates)
+                r.score(query, texts)
+
+            ms = _time(full, repeats)
+            print(
+                f"| {r.name} ({d.name}) | {statistics.median(embed_ms):.0f} | "
+                f"{percentile(ms, 50):.0f} | {percentile(ms, 95):.0f} |"
+            )
+    return rows
+
+
+def fidelity(reference: Any, variants: dict[str, Any], pairs: Sequence[tuple[str, str]]) -> dict[str, float]:
+    """Pearson correlation of each variant's scores with the reference's on the same (query, text) pairs."""
+    import numpy as np
+
+    ref = np.asarray([reference.score(q, [t])[0] for q, t in pairs])
+    out = {}
+    for name, v in variants.items():
+        got = np.asarray([v.score(q, [t])[0] for q, t in pairs])
+        out[name] = float(np.corrcoef(ref, got)[0, 1])
+    print(json.dumps(out, indent=2))
+    return out

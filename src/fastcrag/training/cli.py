@@ -1,0 +1,146 @@
+"""Subcommands `train-reranker`, `bench-reranker` and `eval-grader` for the main `fastcrag` CLI."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+DEFAULT_DATA_ROOT = "../shared/data"
+
+
+def _train(args: argparse.Namespace) -> int:
+    from fastcrag.training.data import PoolConfig
+    from fastcrag.training.train import TrainConfig, train
+
+    pool = PoolConfig(
+        squad_questions=args.squad_questions,
+        selqa_questions=args.selqa_questions,
+        medquad_questions=args.medquad_questions,
+        covidqa_questions=args.covidqa_questions,
+        pubmedqa_questions=args.pubmedqa_questions,
+        dev_percent=args.dev_percent,
+    )
+    data_root = "" if args.no_shared_data else str(Path(args.data_root).resolve())
+    if not data_root and not args.user_data:
+        print("error: --no-shared-data needs at least one --user-data")
+        return 2
+    cfg = TrainConfig(
+        output_dir=args.output,
+        base_model=args.base_model,
+        data_root=data_root,
+        user_data=[str(Path(p).resolve()) for p in args.user_data],
+        seed=args.seed,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        max_length=args.max_length,
+        bf16=not args.fp32,
+        checkpoint_every=args.checkpoint_every,
+        max_minutes=args.max_minutes,
+        max_pairs=args.max_pairs,
+        threads=args.threads,
+        include_scifact_train=not args.no_scifact_train,
+        pool=pool,
+    )
+    final = train(cfg)
+    print(f"final model: {final}")
+    if args.export:
+        from fastcrag.training.train import export_grader
+
+        export_grader(final, Path(args.export), name=args.name, train_dir=Path(args.output))
+        print(f"exported: {args.export}")
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from fastcrag.training.bench import speed_benchmark
+
+    speed_benchmark(
+        torch_model=Path(args.torch_model) if args.torch_model else None,
+        onnx_dirs=[Path(p) for p in args.onnx],
+        candidates=args.candidates,
+        lengths=args.lengths,
+        repeats=args.repeats,
+        threads=args.threads,
+    )
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from fastcrag.training.bench import quality_benchmark
+
+    quality_benchmark(
+        graders=args.grader,
+        data_root=Path(args.data_root),
+        per_class=args.per_class,
+        scifact_depth=args.scifact_depth,
+        scifact_claims=args.scifact_claims,
+        threads=args.threads,
+        dev_percent=args.dev_percent,
+    )
+    return 0
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add `train-reranker`, `bench-reranker` and `eval-grader` to the main CLI's subparsers."""
+    t = subparsers.add_parser("train-reranker", help="fine-tune the cross-encoder grader (resumable)")
+    t.add_argument("--output", default="runs/grader", help="run folder (pool, checkpoint, final model)")
+    t.add_argument("--base-model", default="", help="starting weights (default: packaged all-MiniLM-L6-v2)")
+    t.add_argument(
+        "--data-root", default=DEFAULT_DATA_ROOT, help="shared data folder holding train/ and scifact/"
+    )
+    t.add_argument("--no-shared-data", action="store_true", help="train only on --user-data")
+    t.add_argument(
+        "--user-data",
+        action="append",
+        default=[],
+        help="extra labelled data: SQuAD .json[.gz], BEIR folder (train qrels) or JSONL of pairs",
+    )
+    t.add_argument("--no-scifact-train", action="store_true", help="leave out SciFact train qrels")
+    t.add_argument("--seed", type=int, default=13)
+    t.add_argument("--epochs", type=int, default=1)
+    t.add_argument("--batch-size", type=int, default=32)
+    t.add_argument("--lr", type=float, default=4e-5)
+    t.add_argument("--max-length", type=int, default=256)
+    t.add_argument("--fp32", action="store_true", help="disable bf16 autocast")
+    t.add_argument("--checkpoint-every", type=int, default=200)
+    t.add_argument(
+        "--max-minutes", type=float, default=0.0, help="checkpoint and stop after this long (0: none)"
+    )
+    t.add_argument("--max-pairs", type=int, default=0, help="cap the training pairs (0: all)")
+    t.add_argument("--threads", type=int, default=2)
+    t.add_argument("--squad-questions", type=int, default=15000)
+    t.add_argument("--selqa-questions", type=int, default=1500)
+    t.add_argument("--medquad-questions", type=int, default=3000)
+    t.add_argument("--covidqa-questions", type=int, default=1380)
+    t.add_argument("--pubmedqa-questions", type=int, default=1000)
+    t.add_argument("--dev-percent", type=float, default=5.0, help="documents held out for dev, by hash")
+    t.add_argument("--export", default="", help="also export the final model (ONNX int8) into this folder")
+    t.add_argument("--name", default="fastcrag-grader-minilm-l6-v1", help="model name written on export")
+    t.set_defaults(func=_train)
+
+    b = subparsers.add_parser("bench-reranker", help="P50/P95 latency of reranking N candidates per variant")
+    b.add_argument(
+        "--torch-model", default="", help="HF/sentence-transformers folder (fp32 and bf16 torch rows)"
+    )
+    b.add_argument("--onnx", action="append", default=[], help="folder(s) holding model.onnx (repeatable)")
+    b.add_argument("--candidates", type=int, default=20)
+    b.add_argument("--lengths", type=int, nargs="+", default=[128, 256], help="tokens per candidate")
+    b.add_argument("--repeats", type=int, default=30)
+    b.add_argument("--threads", type=int, default=2)
+    b.set_defaults(func=_bench)
+
+    e = subparsers.add_parser("eval-grader", help="quality table of graders vs bi-encoder and BM25 baselines")
+    e.add_argument(
+        "--grader",
+        action="append",
+        default=[],
+        help="reranker spec(s) to evaluate (default: the packaged grader)",
+    )
+    e.add_argument("--data-root", default=DEFAULT_DATA_ROOT)
+    e.add_argument("--per-class", type=int, default=400, help="questions per class for the SQuAD AUCs")
+    e.add_argument("--scifact-depth", type=int, default=100, help="bi-encoder candidates reranked per claim")
+    e.add_argument("--scifact-claims", type=int, default=0, help="SciFact test claims used (0: all 300)")
+    e.add_argument("--threads", type=int, default=2)
+    e.add_argument("--dev-percent", type=float, default=5.0, help="must match the training run's dev split")
+    e.set_defaults(func=_eval)

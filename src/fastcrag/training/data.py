@@ -1,0 +1,666 @@
+"""Build (question, passage, label) training pools for the grader from SQuAD, BEIR, JSONL and QA sets."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import random
+import re
+import tarfile
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: Folders of `shared/data/train` whose licences allow shipping weights trained on them.
+PERMISSIVE_FOLDERS = ("squad11-train", "squad2-train-first10", "selqa", "medquad", "covidqa", "pubmedqa")
+#: WikiQA-style groups that overlap the evaluation articles; dropped wherever a title matches.
+EXCLUDED_TITLES = frozenset({"Jacksonville, Florida", "Packet switching", "Packet_switching"})
+
+_SENT_RE = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")
+_WORD_RE = re.compile(r"\w+", re.UNICODE)
+_ENTITY_RE = re.compile(r"\b(?:[A-Z][\w'-]+(?:\s+(?:of|the|de|von|van)?\s*[A-Z][\w'-]+)*|\d[\d,.]*)\b")
+_AUX_RE = re.compile(
+    r"^(.*?)\b(is|was|are|were|did|does|do|can|could|has|had|have|will|would|should)\b\s+(.*)$"
+)
+_NEGATED = {"can": "can't", "will": "won't", "do": "don't"}
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One labelled training example.
+
+    Attributes:
+        question: The query.
+        passage: The passage or sentence it is scored against.
+        label: 1.0 when the passage contains the answer, else 0.0.
+        source: Where the pair came from and how it was made (e.g. `squad11:own`).
+        group: The document it belongs to; train/dev splits never share a group.
+    """
+
+    question: str
+    passage: str
+    label: float
+    source: str
+    group: str
+
+
+@dataclass
+class QAItem:
+    """One SQuAD-style question with its paragraph index inside an article."""
+
+    question: str
+    answers: list[str]
+    paragraph: int
+    impossible: bool = False
+    qid: str = ""
+
+
+@dataclass
+class Article:
+    """A SQuAD-style article: title, paragraphs and the questions asked about them."""
+
+    title: str
+    paragraphs: list[str]
+    questions: list[QAItem] = field(default_factory=list)
+
+
+@dataclass
+class PoolConfig:
+    """Sizes and mix of the pool; defaults train in well under an hour on 2 CPU cores.
+
+    Attributes:
+        squad_questions: SQuAD 1.1 questions sampled (each yields an own-paragraph positive).
+        p_deleted: Share of those that also get their own paragraph with the answer sentence deleted as a 0.
+        p_same_article: Share that get the nearest same-article paragraph without the answer as a 0.
+        p_random: Share that get a random other-article paragraph as a 0.
+        p_sentences: Share that get (answer sentence = 1, another sentence = 0) strip pairs.
+        p_swap: Share that get an entity-swapped or negated question against its own paragraph as a 0.
+        squad2_unanswerable_repeat: Times each SQuAD 2.0 unanswerable (own paragraph, 0) is repeated.
+        selqa_questions: SelQA questions sampled (answer sentences = 1, two other section sentences = 0).
+        medquad_questions: MedQuAD questions (answer = 1, another question type's answer on the focus = 0).
+        covidqa_questions: COVID-QA questions (answer chunk = 1, another chunk of the paper = 0).
+        pubmedqa_questions: PubMedQA questions (conclusion = 1, abstract = 1, other abstract = 0).
+        scifact_positive_repeat: Times each SciFact train (claim, relevant abstract) pair is repeated.
+        scifact_hard_negatives: TF-IDF-nearest non-relevant abstracts per SciFact train claim.
+        max_words: Passages are cut to this many words (the model sees at most max_length tokens anyway).
+        dev_percent: Percentage of documents (by hash of their group) held out as the dev split.
+    """
+
+    squad_questions: int = 15000
+    p_deleted: float = 0.7
+    p_same_article: float = 0.5
+    p_random: float = 0.15
+    p_sentences: float = 0.35
+    p_swap: float = 0.45
+    squad2_unanswerable_repeat: int = 4
+    selqa_questions: int = 1500
+    medquad_questions: int = 3000
+    covidqa_questions: int = 1380
+    pubmedqa_questions: int = 1000
+    scifact_positive_repeat: int = 3
+    scifact_hard_negatives: int = 4
+    max_words: int = 200
+    dev_percent: float = 5.0
+
+
+# --------------------------------------------------------------------------------------------- text helpers
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split text into sentences with a light regex (no model); empty pieces are dropped."""
+    return [s.strip() for s in _SENT_RE.split(text.strip()) if s.strip()]
+
+
+def clip_words(text: str, max_words: int) -> str:
+    """Keep the first `max_words` whitespace-separated words of `text`."""
+    words = text.split()
+    return text if len(words) <= max_words else " ".join(words[:max_words])
+
+
+def is_dev_group(group: str, dev_percent: float) -> bool:
+    """Whether a document belongs to the dev split: a stable hash of its group name, never random."""
+    h = int(hashlib.sha1(group.encode("utf-8")).hexdigest()[:8], 16) % 10000
+    return h < dev_percent * 100
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def contains_any(passage: str, answers: Iterable[str]) -> bool:
+    """Whether any non-empty answer string occurs in the passage (case and whitespace insensitive)."""
+    p = _norm(passage)
+    return any(a.strip() and _norm(a) in p for a in answers)
+
+
+def answer_sentence_index(sentences: Sequence[str], answers: Sequence[str]) -> int | None:
+    """Index of the first sentence holding an answer string, or None when no single sentence holds one."""
+    for i, s in enumerate(sentences):
+        if contains_any(s, answers):
+            return i
+    return None
+
+
+def _tokens(text: str) -> set[str]:
+    return {w for w in _WORD_RE.findall(text.lower()) if len(w) > 2}
+
+
+def _overlap(a: set[str], b: set[str]) -> float:
+    return len(a & b) / (1 + len(a | b)) if a else 0.0
+
+
+def swap_question(question: str, article: Article, paragraph: str, rng: random.Random) -> str | None:
+    """Make an unanswerable variant of a question for its own paragraph.
+
+    An entity or number of the question is replaced by one from elsewhere in the article that the paragraph
+    does not mention; failing that, the first auxiliary verb is negated ("did" -> "didn't").
+
+    Returns:
+        The new question, or None when neither edit applies.
+    """
+    ents = [m for m in _ENTITY_RE.finditer(question) if m.start() > 0]
+    if ents:
+        pool: list[str] = []
+        para_norm = _norm(paragraph)
+        for other in article.paragraphs:
+            if other is paragraph:
+                continue
+            pool.extend(m.group(0) for m in _ENTITY_RE.finditer(other) if m.start() > 0)
+        m = rng.choice(ents)
+        is_num = m.group(0)[0].isdigit()
+        candidates = [
+            c
+            for c in set(pool)
+            if c != m.group(0) and c[0].isdigit() == is_num and _norm(c) not in para_norm and len(c) > 2
+        ]
+        if candidates:
+            new = rng.choice(sorted(candidates))
+            return question[: m.start()] + new + question[m.end() :]
+    aux = _AUX_RE.match(question)
+    if aux and " not " not in question and "n't" not in question:
+        verb = aux.group(2)
+        negated = _NEGATED.get(verb, verb + "n't")
+        return f"{aux.group(1)}{negated} {aux.group(3)}"
+    return None
+
+
+# ------------------------------------------------------------------------------------------------ readers
+
+
+def _open_text(path: Path) -> str:
+    if path.suffix == ".gz":
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            return f.read()
+    return path.read_text(encoding="utf-8")
+
+
+def _iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    for line in _open_text(path).split("\n"):  # not splitlines(): JSON strings may hold U+2028 or U+0085
+        if line.strip():
+            yield json.loads(line)
+
+
+def load_squad(path: Path) -> list[Article]:
+    """Read a SQuAD v1/v2 JSON file (optionally gzipped) into articles."""
+    raw = json.loads(_open_text(path))
+    articles: list[Article] = []
+    for art in raw["data"]:
+        title = str(art.get("title", "")).strip()
+        a = Article(title=title, paragraphs=[])
+        for p in art.get("paragraphs", []):
+            a.paragraphs.append(str(p["context"]))
+            idx = len(a.paragraphs) - 1
+            for qa in p.get("qas", []):
+                answers = [str(x["text"]) for x in qa.get("answers", [])]
+                impossible = bool(qa.get("is_impossible", False)) or not answers
+                a.questions.append(
+                    QAItem(str(qa["question"]).strip(), answers, idx, impossible, str(qa.get("id", "")))
+                )
+        articles.append(a)
+    return articles
+
+
+def load_beir(folder: Path, split: str) -> tuple[dict[str, str], dict[str, str], dict[str, set[str]]]:
+    """Read a BEIR folder: corpus (`title text`), queries and the positive qrels of one split.
+
+    Returns:
+        (corpus id -> text, query id -> text, query id -> relevant corpus ids) for queries in the split.
+    """
+    corpus_path = next(p for p in (folder / "corpus.jsonl.gz", folder / "corpus.jsonl") if p.exists())
+    corpus = {
+        str(d["_id"]): (str(d.get("title", "")) + ". " + str(d.get("text", ""))).strip(". ")
+        for d in _iter_jsonl(corpus_path)
+    }
+    qpath = next(p for p in (folder / "queries.jsonl", folder / "queries.jsonl.gz") if p.exists())
+    queries = {str(d["_id"]): str(d["text"]) for d in _iter_jsonl(qpath)}
+    qrels: dict[str, set[str]] = {}
+    for i, line in enumerate(_open_text(folder / "qrels" / f"{split}.tsv").splitlines()):
+        parts = line.split("\t")
+        if i == 0 and not parts[-1].strip().lstrip("-").isdigit():
+            continue
+        if len(parts) >= 3 and int(parts[2]) > 0:
+            qrels.setdefault(parts[0], set()).add(parts[1])
+    return corpus, {q: queries[q] for q in qrels if q in queries}, qrels
+
+
+# ---------------------------------------------------------------------------------------------- generators
+
+
+def _nearest_negative(
+    qtok: set[str], article: Article, own: int, answers: Sequence[str], toks: list[set[str]]
+) -> str | None:
+    best, best_score = None, -1.0
+    for j, para in enumerate(article.paragraphs):
+        if j == own or contains_any(para, answers):
+            continue
+        s = _overlap(qtok, toks[j])
+        if s > best_score:
+            best, best_score = para, s
+    return best
+
+
+def squad_pairs(
+    articles: Sequence[Article],
+    cfg: PoolConfig,
+    rng: random.Random,
+    *,
+    source: str = "squad",
+    n_questions: int | None = None,
+    skip_ids: set[str] | None = None,
+) -> list[Pair]:
+    """Answerability pairs from SQuAD articles.
+
+    Answerable questions give: own paragraph = 1; own paragraph with the answer sentence deleted = 0; the
+    most word-overlapping same-article paragraph without the answer = 0; a random other-article paragraph = 0;
+    answer sentence = 1 vs another sentence of the paragraph = 0; an entity-swapped or negated question vs
+    its own paragraph = 0. Unanswerable (SQuAD 2.0) questions give own paragraph = 0, repeated.
+    """
+    skip_ids = skip_ids or set()
+    out: list[Pair] = []
+    items = [(a, q) for a in articles for q in a.questions if q.qid not in skip_ids or not q.qid]
+    answerable = [(a, q) for a, q in items if not q.impossible]
+    rng.shuffle(answerable)
+    if n_questions is not None:
+        answerable = answerable[:n_questions]
+    tok_cache: dict[int, list[set[str]]] = {}
+    mw = cfg.max_words
+    for a, q in answerable:
+        para = a.paragraphs[q.paragraph]
+        grp = f"{source}:{a.title}"
+        out.append(Pair(q.question, clip_words(para, mw), 1.0, f"{source}:own", grp))
+        sents = split_sentences(para)
+        ai = answer_sentence_index(sents, q.answers)
+        if ai is not None and len(sents) > 1 and rng.random() < cfg.p_deleted:
+            rest = " ".join(s for i, s in enumerate(sents) if i != ai)
+            if not contains_any(rest, q.answers):
+                out.append(Pair(q.question, clip_words(rest, mw), 0.0, f"{source}:deleted", grp))
+        if rng.random() < cfg.p_same_article and len(a.paragraphs) > 1:
+            toks = tok_cache.setdefault(id(a), [_tokens(p) for p in a.paragraphs])
+            neg = _nearest_negative(_tokens(q.question), a, q.paragraph, q.answers, toks)
+            if neg is not None:
+                out.append(Pair(q.question, clip_words(neg, mw), 0.0, f"{source}:same_article", grp))
+        if rng.random() < cfg.p_random and len(articles) > 1:
+            other = rng.choice(articles)
+            if other is not a and other.paragraphs:
+                out.append(
+                    Pair(
+                        q.question, clip_words(rng.choice(other.paragraphs), mw), 0.0, f"{source}:random", grp
+                    )
+                )
+        if ai is not None and len(sents) > 1 and rng.random() < cfg.p_sentences:
+            others = [s for i, s in enumerate(sents) if i != ai and not contains_any(s, q.answers)]
+            if others:
+                out.append(Pair(q.question, sents[ai], 1.0, f"{source}:sentence_pos", grp))
+                out.append(Pair(q.question, rng.choice(others), 0.0, f"{source}:sentence_neg", grp))
+        if rng.random() < cfg.p_swap:
+            swapped = swap_question(q.question, a, para, rng)
+            if swapped is not None and swapped != q.question:
+                out.append(Pair(swapped, clip_words(para, mw), 0.0, f"{source}:swap", grp))
+    for a, q in items:
+        if q.impossible:
+            grp = f"{source}:{a.title}"
+            para = clip_words(a.paragraphs[q.paragraph], mw)
+            out.extend(
+                Pair(q.question, para, 0.0, f"{source}:unanswerable", grp)
+                for _ in range(cfg.squad2_unanswerable_repeat)
+            )
+    return out
+
+
+def selqa_pairs(paths: Sequence[Path], n_questions: int, rng: random.Random) -> list[Pair]:
+    """SelQA answer-sentence selection: answer sentences = 1, two other sentences of the section = 0."""
+    rows: list[dict[str, Any]] = []
+    for p in paths:
+        rows.extend(json.loads(_open_text(p)))
+    rows = [r for r in rows if str(r.get("article", "")) not in EXCLUDED_TITLES]
+    rng.shuffle(rows)
+    out: list[Pair] = []
+    for r in rows[:n_questions]:
+        cands = [str(c) for c in r["candidates"]]
+        pos = {int(i) for i in r["answers"]}
+        grp = f"selqa:{r.get('article', '')}"
+        q = str(r["question"])
+        out.extend(Pair(q, cands[i], 1.0, "selqa:pos", grp) for i in sorted(pos) if i < len(cands))
+        negs = [c for i, c in enumerate(cands) if i not in pos]
+        out.extend(Pair(q, c, 0.0, "selqa:neg", grp) for c in rng.sample(negs, min(2, len(negs))))
+    return out
+
+
+def medquad_pairs(tar_path: Path, n_questions: int, rng: random.Random, max_words: int) -> list[Pair]:
+    """MedQuAD: (question, its answer) = 1; an answer to a different question type on the same focus = 0."""
+    docs: list[tuple[str, list[tuple[str, str, str]]]] = []
+    with tarfile.open(tar_path, "r:gz") as tar:
+        for member in tar:
+            if not member.isfile() or not member.name.endswith(".xml"):
+                continue
+            f = tar.extractfile(member)
+            if f is None:
+                continue
+            try:
+                root = ET.fromstring(f.read())
+            except ET.ParseError:
+                continue
+            qas: list[tuple[str, str, str]] = []
+            for qa in root.iter("QAPair"):
+                qn, an = qa.find("Question"), qa.find("Answer")
+                if qn is None or an is None or not (an.text or "").strip():
+                    continue
+                qas.append(((qn.text or "").strip(), qn.get("qtype", ""), " ".join((an.text or "").split())))
+            if qas:
+                docs.append((member.name, qas))
+    rng.shuffle(docs)
+    out: list[Pair] = []
+    count = 0
+    for name, qas in docs:
+        if count >= n_questions:
+            break
+        q, qtype, ans = rng.choice(qas)
+        grp = f"medquad:{name}"
+        out.append(Pair(q, clip_words(ans, max_words), 1.0, "medquad:pos", grp))
+        negs = [a for (qq, t, a) in qas if t != qtype and qq != q and a != ans]
+        if negs:
+            out.append(Pair(q, clip_words(rng.choice(negs), max_words), 0.0, "medquad:same_focus", grp))
+        count += 1
+    return out
+
+
+def chunk_words(text: str, size: int) -> list[str]:
+    """Split a long text into consecutive chunks of about `size` words, cut at sentence ends."""
+    chunks: list[str] = []
+    cur: list[str] = []
+    n = 0
+    for s in split_sentences(text):
+        w = len(s.split())
+        if cur and n + w > size:
+            chunks.append(" ".join(cur))
+            cur, n = [], 0
+        cur.append(s)
+        n += w
+    if cur:
+        chunks.append(" ".join(cur))
+    return chunks
+
+
+def covidqa_pairs(path: Path, n_questions: int, rng: random.Random, chunk: int = 110) -> list[Pair]:
+    """COVID-QA: the chunk of the paper holding the answer = 1; another chunk without it = 0."""
+    out: list[Pair] = []
+    items: list[tuple[str, list[str], QAItem]] = []
+    for a in load_squad(path):
+        for q in a.questions:
+            if not q.impossible:
+                items.append((a.title, chunk_words(a.paragraphs[q.paragraph], chunk), q))
+    rng.shuffle(items)
+    for title, chunks, q in items[:n_questions]:
+        pos = [c for c in chunks if contains_any(c, q.answers)]
+        negs = [c for c in chunks if not contains_any(c, q.answers)]
+        if not pos:
+            continue
+        grp = f"covidqa:{title}"
+        out.append(Pair(q.question, pos[0], 1.0, "covidqa:pos", grp))
+        if negs:
+            out.append(Pair(q.question, rng.choice(negs), 0.0, "covidqa:neg", grp))
+    return out
+
+
+def pubmedqa_pairs(path: Path, n_questions: int, rng: random.Random, max_words: int) -> list[Pair]:
+    """PubMedQA PQA-L: (question, conclusion) = 1, (question, abstract) = 1, another abstract = 0."""
+    raw: dict[str, dict[str, Any]] = json.loads(_open_text(path))
+    ids = sorted(raw)
+    rng.shuffle(ids)
+    out: list[Pair] = []
+    for pmid in ids[:n_questions]:
+        r = raw[pmid]
+        q = str(r["QUESTION"])
+        grp = f"pubmedqa:{pmid}"
+        ctx = r["CONTEXTS"]
+        abstract = " ".join(ctx) if isinstance(ctx, list) else str(ctx)
+        out.append(Pair(q, clip_words(str(r["LONG_ANSWER"]), max_words), 1.0, "pubmedqa:conclusion", grp))
+        out.append(Pair(q, clip_words(abstract, max_words), 1.0, "pubmedqa:abstract", grp))
+        other = raw[rng.choice(ids)]
+        if other is not r:
+            octx = other["CONTEXTS"]
+            otext = " ".join(octx) if isinstance(octx, list) else str(octx)
+            out.append(Pair(q, clip_words(otext, max_words), 0.0, "pubmedqa:other", grp))
+    return out
+
+
+def tfidf_neighbours(queries: Sequence[str], docs: Sequence[str], k: int) -> list[list[int]]:
+    """Indices of the `k` documents nearest each query by TF-IDF cosine (scikit-learn, sparse)."""
+    import numpy as np
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    vec = TfidfVectorizer(sublinear_tf=True, stop_words="english", min_df=1)
+    dm = vec.fit_transform(docs)
+    qm = vec.transform(queries)
+    sims = (qm @ dm.T).toarray()
+    k = min(k, len(docs))
+    top = np.argpartition(-sims, k - 1, axis=1)[:, :k]
+    order = np.take_along_axis(sims, top, axis=1).argsort(axis=1)[:, ::-1]
+    return [[int(i) for i in row] for row in np.take_along_axis(top, order, axis=1)]
+
+
+def beir_pairs(
+    folder: Path,
+    split: str,
+    rng: random.Random,
+    *,
+    positive_repeat: int = 1,
+    hard_negatives: int = 4,
+    max_words: int = 200,
+    source: str = "beir",
+) -> list[Pair]:
+    """BEIR qrels: (query, relevant doc) = 1; TF-IDF-nearest non-relevant docs and one random doc = 0.
+
+    The group is the query id, so a query's pairs never straddle the train/dev split.
+    """
+    corpus, queries, qrels = load_beir(folder, split)
+    doc_ids = sorted(corpus)
+    docs = [corpus[d] for d in doc_ids]
+    qids = sorted(queries)
+    neigh = tfidf_neighbours([queries[q] for q in qids], docs, hard_negatives + 10) if qids else []
+    out: list[Pair] = []
+    for qid, nn in zip(qids, neigh, strict=True):
+        q = queries[qid]
+        grp = f"{source}:{qid}"
+        for d in sorted(qrels[qid]):
+            if d in corpus:
+                out.extend(
+                    Pair(q, clip_words(corpus[d], max_words), 1.0, f"{source}:pos", grp)
+                    for _ in range(positive_repeat)
+                )
+        negs = [doc_ids[i] for i in nn if doc_ids[i] not in qrels[qid]][:hard_negatives]
+        negs.append(rng.choice(doc_ids))
+        out.extend(
+            Pair(q, clip_words(corpus[d], max_words), 0.0, f"{source}:neg", grp)
+            for d in negs
+            if d not in qrels[qid]
+        )
+    return out
+
+
+def jsonl_pairs(path: Path, source: str = "user") -> list[Pair]:
+    """A simple JSONL of `{"question", "passage", "label"}`; an optional `group` (default: passage hash)."""
+    out: list[Pair] = []
+    for i, row in enumerate(_iter_jsonl(path)):
+        try:
+            q, p, lab = str(row["question"]), str(row["passage"]), float(row["label"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{path}:{i + 1}: need question, passage and a numeric label") from exc
+        if not 0.0 <= lab <= 1.0:
+            raise ValueError(f"{path}:{i + 1}: label must be in [0, 1], got {lab}")
+        grp = str(row.get("group") or hashlib.sha1(p.encode("utf-8")).hexdigest()[:12])
+        out.append(Pair(q, p, lab, f"{source}:jsonl", f"{source}:{grp}"))
+    return out
+
+
+def detect_format(path: Path) -> str:
+    """Which user-data format a path holds: `beir` (folder), `jsonl` or `squad` (JSON with a `data` list).
+
+    Raises:
+        ValueError: the path is none of these.
+    """
+    if path.is_dir():
+        if (path / "qrels").is_dir() and any(
+            (path / n).exists() for n in ("corpus.jsonl", "corpus.jsonl.gz")
+        ):
+            return "beir"
+        raise ValueError(f"{path}: a folder must be BEIR (corpus.jsonl[.gz], queries.jsonl, qrels/)")
+    name = path.name.lower().removesuffix(".gz")
+    if name.endswith(".jsonl"):
+        return "jsonl"
+    if name.endswith(".json"):
+        head = _open_text(path).lstrip()[:1]
+        if head == "{":
+            return "squad"
+    raise ValueError(f"{path}: expected SQuAD .json, .jsonl pairs, or a BEIR folder")
+
+
+def user_pairs(path: Path, cfg: PoolConfig, rng: random.Random, *, beir_split: str = "train") -> list[Pair]:
+    """Pairs from a user's labelled data in any of the supported formats (see `detect_format`)."""
+    fmt = detect_format(path)
+    if fmt == "jsonl":
+        return jsonl_pairs(path)
+    if fmt == "beir":
+        return beir_pairs(
+            path,
+            beir_split,
+            rng,
+            hard_negatives=cfg.scifact_hard_negatives,
+            max_words=cfg.max_words,
+            source="user",
+        )
+    return squad_pairs(load_squad(path), cfg, rng, source="user")
+
+
+# ------------------------------------------------------------------------------------------------ the pool
+
+
+def squad11_articles(data_root: Path) -> list[Article]:
+    """The SQuAD 1.1 train articles of `data_root/train/squad11-train`."""
+    return load_squad(data_root / "train" / "squad11-train" / "train-v1.1.from_explorer.json.gz")
+
+
+def build_pool(
+    data_root: Path | None,
+    cfg: PoolConfig,
+    seed: int,
+    *,
+    user_data: Sequence[Path] = (),
+    include_scifact_train: bool = True,
+) -> tuple[list[Pair], list[Pair]]:
+    """Build the train and dev pools.
+
+    Args:
+        data_root: The shared data folder (holding `train/` and `scifact/`); None to use only `user_data`.
+        cfg: Sizes and mix.
+        seed: Seed of every random choice.
+        user_data: Extra labelled data (SQuAD JSON, BEIR folder or JSONL) mixed in.
+        include_scifact_train: Add SciFact *train* qrels (never test) as claim/abstract pairs.
+
+    Returns:
+        (train pairs, dev pairs), split by document group with `is_dev_group`.
+    """
+    rng = random.Random(seed)
+    pairs: list[Pair] = []
+    force_train: set[str] = set()  # the few SQuAD 2.0 unanswerables are too precious to hold out
+    if data_root is not None:
+        train = data_root / "train"
+        sq11 = squad11_articles(data_root)
+        sq11 = [a for a in sq11 if a.title not in EXCLUDED_TITLES]
+        pairs += squad_pairs(sq11, cfg, rng, source="squad11", n_questions=cfg.squad_questions)
+        sq2 = load_squad(train / "squad2-train-first10" / "train-v2.0.json")
+        force_train |= {f"squad11:{a.title}" for a in sq2}
+        # Answerable SQuAD 2.0 questions duplicate SQuAD 1.1; keep only the unanswerables from it.
+        for a in sq2:
+            a.questions = [q for q in a.questions if q.impossible]
+        pairs += squad_pairs(sq2, cfg, rng, source="squad11", n_questions=0)
+        pairs += selqa_pairs(sorted((train / "selqa").glob("selqa-ass-*.json")), cfg.selqa_questions, rng)
+        pairs += medquad_pairs(
+            train / "medquad" / "medquad.tar.gz", cfg.medquad_questions, rng, cfg.max_words
+        )
+        pairs += covidqa_pairs(train / "covidqa" / "200423_covidQA.json", cfg.covidqa_questions, rng)
+        pairs += pubmedqa_pairs(
+            train / "pubmedqa" / "ori_pqal.json", cfg.pubmedqa_questions, rng, cfg.max_words
+        )
+        if include_scifact_train and (data_root / "scifact" / "qrels" / "train.tsv").exists():
+            pairs += beir_pairs(
+                data_root / "scifact",
+                "train",
+                rng,
+                positive_repeat=cfg.scifact_positive_repeat,
+                hard_negatives=cfg.scifact_hard_negatives,
+                max_words=cfg.max_words,
+                source="scifact",
+            )
+    for path in user_data:
+        pairs += user_pairs(Path(path), cfg, rng)
+    return split_pool(pairs, cfg.dev_percent, rng, force_train=force_train)
+
+
+def split_pool(
+    pairs: Sequence[Pair], dev_percent: float, rng: random.Random, *, force_train: Iterable[str] = ()
+) -> tuple[list[Pair], list[Pair]]:
+    """Split pairs into shuffled (train, dev) lists by document group; `force_train` groups always train."""
+    keep = set(force_train)
+    dev_of = {g: g not in keep and is_dev_group(g, dev_percent) for g in {p.group for p in pairs}}
+    train = [p for p in pairs if not dev_of[p.group]]
+    dev = [p for p in pairs if dev_of[p.group]]
+    rng.shuffle(train)
+    rng.shuffle(dev)
+    return train, dev
+
+
+def heldout_squad_articles(
+    articles: Sequence[Article], dev_percent: float, force_train: Iterable[str] = ()
+) -> list[Article]:
+    """The SQuAD 1.1 articles of the dev split (never trained on); `force_train` titles are excluded."""
+    keep = set(force_train)
+    return [a for a in articles if a.title not in keep and is_dev_group(f"squad11:{a.title}", dev_percent)]
+
+
+def write_pairs(path: Path, pairs: Iterable[Pair]) -> None:
+    """Write pairs as JSONL."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as f:
+        for p in pairs:
+            f.write(json.dumps(asdict(p), ensure_ascii=False) + "\n")
+
+
+def read_pairs(path: Path) -> list[Pair]:
+    """Read pairs written by `write_pairs`."""
+    return [
+        Pair(str(r["question"]), str(r["passage"]), float(r["label"]), str(r["source"]), str(r["group"]))
+        for r in _iter_jsonl(path)
+    ]
+
+
+def pool_summary(pairs: Sequence[Pair]) -> dict[str, tuple[int, int]]:
+    """Count (positives, negatives) per source."""
+    out: dict[str, tuple[int, int]] = {}
+    for p in pairs:
+        pos, neg = out.get(p.source, (0, 0))
+        out[p.source] = (pos + (p.label >= 0.5), neg + (p.label < 0.5))
+    return dict(sorted(out.items()))

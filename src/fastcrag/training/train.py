@@ -1,0 +1,459 @@
+"""Fine-tune a one-logit cross-encoder grader: seeded, length-bucketed, bf16 autocast, resumable."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fastcrag.training.data import Pair, PoolConfig, build_pool, pool_summary, read_pairs, write_pairs
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+@dataclass
+class TrainConfig:
+    """Everything that determines a training run (written to `train_config.json` in the output folder).
+
+    Attributes:
+        output_dir: Run folder: pool, checkpoint, final model and logs.
+        base_model: Folder of the starting weights; the packaged all-MiniLM-L6-v2 when empty.
+        data_root: Shared data folder holding `train/` (and `scifact/` for its train qrels); empty for none.
+        user_data: Extra labelled data (SQuAD JSON, BEIR folder, JSONL of question/passage/label).
+        seed: Seed for the pool, the head initialisation and the batch order.
+        epochs: Passes over the pool.
+        batch_size: Pairs per step.
+        lr: Peak learning rate (linear warm-up, then linear decay to 0).
+        warmup: Share of steps used for warm-up.
+        max_length: Token limit of a (question, passage) pair.
+        bf16: Use bfloat16 autocast (CPU or CUDA).
+        checkpoint_every: Steps between checkpoints.
+        max_minutes: Time budget: the learning rate decays with the clock and training stops (after
+            checkpointing) when it is spent; 0 for a purely step-based schedule over the whole pool.
+        max_pairs: Cap on training pairs after shuffling; 0 for all.
+        threads: Torch CPU threads.
+        include_scifact_train: Add SciFact train qrels (never the test split).
+        pool: Pool sizes and mix.
+    """
+
+    output_dir: str
+    base_model: str = ""
+    data_root: str = ""
+    user_data: list[str] = field(default_factory=list)
+    seed: int = 13
+    epochs: int = 1
+    batch_size: int = 32
+    lr: float = 4e-5
+    warmup: float = 0.05
+    max_length: int = 256
+    bf16: bool = True
+    checkpoint_every: int = 200
+    max_minutes: float = 0.0
+    max_pairs: int = 0
+    threads: int = 2
+    include_scifact_train: bool = True
+    pool: PoolConfig = field(default_factory=PoolConfig)
+
+
+def _device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def length_bucketed_batches(
+    lengths: Sequence[int], batch_size: int, seed: int, epoch: int
+) -> list[list[int]]:
+    """Batches of similar length, in a seeded random order.
+
+    Indices are shuffled, cut into mega-batches of 50 batches, each sorted by length and cut into batches; the
+    batch order is then shuffled, so padding is small but the label and source mix stays random.
+    """
+    rng = random.Random(seed * 1000 + epoch)
+    idx = list(range(len(lengths)))
+    rng.shuffle(idx)
+    mega = batch_size * 50
+    batches: list[list[int]] = []
+    for start in range(0, len(idx), mega):
+        chunk = sorted(idx[start : start + mega], key=lambda i: lengths[i])
+        batches.extend(chunk[j : j + batch_size] for j in range(0, len(chunk), batch_size))
+    rng.shuffle(batches)
+    return batches
+
+
+def lr_at(progress: float, peak: float, warmup: float) -> float:
+    """Linear warm-up to `peak` over the first `warmup` of progress, then linear decay to 0 at progress 1."""
+    if progress < warmup:
+        return peak * max(progress, 1e-3) / warmup
+    return peak * max(0.0, (1.0 - progress) / max(1e-9, 1.0 - warmup))
+
+
+def progress_of(step: int, total: int, elapsed_s: float, budget_min: float) -> float:
+    """Training progress in [0, 1]: the larger of the step share and, under a time budget, the time share.
+
+    With a time budget the learning-rate schedule follows the clock, so a run that is slower than planned (a
+    busy CPU) still anneals to 0 and stops on time, having trained on a seeded random prefix of the pool.
+    """
+    p = step / max(1, total)
+    if budget_min > 0:
+        p = max(p, elapsed_s / (budget_min * 60))
+    return min(1.0, p)
+
+
+def _save_checkpoint(path: Path, model: Any, optimizer: Any, step: int, elapsed: float) -> None:
+    """Write model weights, optimizer moments (safetensors) and the step (JSON); no pickle."""
+    import torch
+    from safetensors.torch import save_file
+
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    save_file(
+        {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()},
+        str(tmp / "model.safetensors"),
+    )
+    sd = optimizer.state_dict()
+    tensors: dict[str, torch.Tensor] = {}
+    scalars: dict[str, dict[str, float]] = {}
+    for pid, st in sd["state"].items():
+        for name, val in st.items():
+            if isinstance(val, torch.Tensor) and val.dim() > 0:
+                tensors[f"{pid}.{name}"] = val.detach().contiguous().cpu()
+            else:
+                scalars.setdefault(str(pid), {})[name] = float(val)
+    save_file(tensors, str(tmp / "optimizer.safetensors"))
+    meta = {"step": step, "elapsed_s": elapsed, "param_groups": sd["param_groups"], "scalars": scalars}
+    (tmp / "state.json").write_text(json.dumps(meta), encoding="utf-8")
+    if path.exists():
+        for f in path.iterdir():
+            f.unlink()
+        path.rmdir()
+    tmp.rename(path)
+
+
+def _load_checkpoint(path: Path, model: Any, optimizer: Any) -> tuple[int, float]:
+    """Restore a checkpoint written by `_save_checkpoint`; returns (step, elapsed seconds)."""
+    import torch
+    from safetensors.torch import load_file
+
+    model.load_state_dict(load_file(str(path / "model.safetensors")))
+    meta = json.loads((path / "state.json").read_text(encoding="utf-8"))
+    tensors = load_file(str(path / "optimizer.safetensors"))
+    state: dict[int, dict[str, Any]] = {}
+    for key, val in tensors.items():
+        pid, name = key.split(".", 1)
+        state.setdefault(int(pid), {})[name] = val
+    for pid, sc in meta["scalars"].items():
+        for name, v in sc.items():
+            state.setdefault(int(pid), {})[name] = torch.tensor(v)
+    optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+    return int(meta["step"]), float(meta["elapsed_s"])
+
+
+def _prepare_pool(cfg: TrainConfig, out: Path) -> tuple[list[Pair], list[Pair]]:
+    """Build the pool once and keep it as JSONL in the run folder, so a resumed run sees the same pairs."""
+    tp, dp = out / "pool" / "train.jsonl", out / "pool" / "dev.jsonl"
+    if tp.exists() and dp.exists():
+        return read_pairs(tp), read_pairs(dp)
+    t0 = time.time()
+    train, dev = build_pool(
+        Path(cfg.data_root) if cfg.data_root else None,
+        cfg.pool,
+        cfg.seed,
+        user_data=[Path(p) for p in cfg.user_data],
+        include_scifact_train=cfg.include_scifact_train,
+    )
+    if cfg.max_pairs and len(train) > cfg.max_pairs:
+        train = train[: cfg.max_pairs]
+    write_pairs(tp, train)
+    write_pairs(dp, dev)
+    print(f"pool: {len(train)} train / {len(dev)} dev pairs in {time.time() - t0:.0f}s")
+    for src, (pos, neg) in pool_summary(train).items():
+        print(f"  {src:28s} pos {pos:6d}  neg {neg:6d}")
+    return train, dev
+
+
+def _auc(labels: Sequence[float], scores: Sequence[float]) -> float:
+    """ROC AUC by the rank-sum formula (ties count half); NaN when a class is missing."""
+    import numpy as np
+    from scipy.stats import rankdata
+
+    y = np.asarray(labels) >= 0.5
+    n_pos, n_neg = int(y.sum()), int((~y).sum())
+    if not n_pos or not n_neg:
+        return float("nan")
+    r = rankdata(np.asarray(scores, dtype=np.float64))
+    return float((r[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def predict_logits(
+    model: Any, tokenizer: Any, pairs: Sequence[tuple[str, str]], max_length: int, batch_size: int, bf16: bool
+) -> list[float]:
+    """Raw logits of a sequence-classification model over (question, passage) pairs, length-sorted."""
+    import torch
+
+    device = next(model.parameters()).device
+    order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0]) + len(pairs[i][1]))
+    out = [0.0] * len(pairs)
+    model.eval()
+    with torch.inference_mode(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+        for s in range(0, len(order), batch_size):
+            idx = order[s : s + batch_size]
+            enc = tokenizer(
+                [pairs[i][0] for i in idx],
+                [pairs[i][1] for i in idx],
+                truncation=True,
+                max_length=max_length,
+                padding=True,
+                return_tensors="pt",
+            ).to(device)
+            logits = model(**enc).logits.float().view(-1).tolist()
+            for i, v in zip(idx, logits, strict=True):
+                out[i] = v
+    return out
+
+
+def evaluate_dev(
+    model: Any, tokenizer: Any, dev: Sequence[Pair], cfg: TrainConfig, limit: int = 3000
+) -> dict[str, Any]:
+    """AUC on the dev pool overall and per source family (only families with both labels)."""
+    sample = list(dev[:limit])
+    logits = predict_logits(
+        model, tokenizer, [(p.question, p.passage) for p in sample], cfg.max_length, 64, cfg.bf16
+    )
+    res: dict[str, Any] = {"pairs": len(sample), "auc": _auc([p.label for p in sample], logits)}
+    fams: dict[str, list[int]] = {}
+    for i, p in enumerate(sample):
+        fams.setdefault(p.source.split(":")[0], []).append(i)
+    for fam, idx in sorted(fams.items()):
+        a = _auc([sample[i].label for i in idx], [logits[i] for i in idx])
+        if not math.isnan(a):
+            res[f"auc_{fam}"] = a
+    # answerability slice: own paragraph (1) vs deleted/swap/unanswerable on the same paragraph (0)
+    idx = [
+        i
+        for i, p in enumerate(sample)
+        if p.source.split(":")[-1] in ("own", "deleted", "swap", "unanswerable")
+    ]
+    res["auc_own_vs_answer_removed"] = _auc([sample[i].label for i in idx], [logits[i] for i in idx])
+    return res
+
+
+def train(cfg: TrainConfig) -> Path:
+    """Run (or resume) training and write the final model to `<output_dir>/final`.
+
+    Returns:
+        The folder of the final model (Hugging Face format, loadable by sentence-transformers `CrossEncoder`).
+    """
+    import torch
+    from tqdm.auto import tqdm
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from fastcrag.embeddings import packaged_minilm_path
+
+    out = Path(cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    base = cfg.base_model or str(packaged_minilm_path())
+    cfg.base_model = base
+    (out / "train_config.json").write_text(json.dumps(asdict(cfg), indent=2), encoding="utf-8")
+    torch.set_num_threads(cfg.threads)
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    device = _device()
+
+    train_pairs, dev_pairs = _prepare_pool(cfg, out)
+    tokenizer = AutoTokenizer.from_pretrained(base, local_files_only=True)
+    t0 = time.time()
+    enc = tokenizer(
+        [p.question for p in train_pairs],
+        [p.passage for p in train_pairs],
+        truncation=True,
+        max_length=cfg.max_length,
+    )
+    input_ids: list[list[int]] = enc["input_ids"]
+    type_ids: list[list[int]] = enc["token_type_ids"]
+    lengths = [len(x) for x in input_ids]
+    labels = [p.label for p in train_pairs]
+    print(
+        f"tokenised {len(lengths)} pairs in {time.time() - t0:.0f}s; "
+        f"mean length {sum(lengths) / len(lengths):.0f}"
+    )
+
+    model = AutoModelForSequenceClassification.from_pretrained(base, num_labels=1, local_files_only=True)
+    model.to(device)
+    no_decay = ("bias", "LayerNorm.weight")
+    groups = [
+        {
+            "params": [p for n, p in model.named_parameters() if not n.endswith(no_decay)],
+            "weight_decay": 0.01,
+        },
+        {"params": [p for n, p in model.named_parameters() if n.endswith(no_decay)], "weight_decay": 0.0},
+    ]
+    optimizer = torch.optim.AdamW(groups, lr=cfg.lr)
+    plan = [
+        b for e in range(cfg.epochs) for b in length_bucketed_batches(lengths, cfg.batch_size, cfg.seed, e)
+    ]
+    total = len(plan)
+    step, elapsed0 = 0, 0.0
+    ckpt = out / "checkpoint"
+    if (ckpt / "state.json").exists():
+        step, elapsed0 = _load_checkpoint(ckpt, model, optimizer)
+        print(f"resumed from step {step}/{total} ({elapsed0 / 60:.1f} min already trained)")
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+    pad = int(tokenizer.pad_token_id or 0)
+    model.train()
+    start = time.time()
+    log_path = out / "train_log.jsonl"
+    ema: float | None = None
+    stopped_early = False
+    bar = tqdm(total=total, initial=step, desc="train-reranker", unit="step", dynamic_ncols=True)
+    while step < total and progress_of(step, total, elapsed0 + time.time() - start, cfg.max_minutes) < 1.0:
+        batch = plan[step]
+        # Round widths up to a multiple of 32: oneDNN compiles kernels per shape, so few shapes train faster.
+        width = min(-(-max(lengths[i] for i in batch) // 32) * 32, max(cfg.max_length, 32))
+        ids = torch.full((len(batch), width), pad, dtype=torch.long)
+        tt = torch.zeros((len(batch), width), dtype=torch.long)
+        am = torch.zeros((len(batch), width), dtype=torch.long)
+        for r, i in enumerate(batch):
+            n = lengths[i]
+            ids[r, :n] = torch.tensor(input_ids[i])
+            tt[r, :n] = torch.tensor(type_ids[i])
+            am[r, :n] = 1
+        y = torch.tensor([labels[i] for i in batch], dtype=torch.float32, device=device)
+        progress = progress_of(step, total, elapsed0 + time.time() - start, cfg.max_minutes)
+        for g in optimizer.param_groups:
+            g["lr"] = lr_at(progress, cfg.lr, cfg.warmup)
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=cfg.bf16):
+            logits = model(
+                input_ids=ids.to(device), token_type_ids=tt.to(device), attention_mask=am.to(device)
+            ).logits
+        loss = loss_fn(logits.float().view(-1), y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+        lv = float(loss.item())
+        ema = lv if ema is None else 0.98 * ema + 0.02 * lv
+        bar.update(1)
+        bar.set_postfix(loss=f"{ema:.4f}", lr=f"{optimizer.param_groups[0]['lr']:.1e}")
+        elapsed = elapsed0 + time.time() - start
+        over = progress_of(step, total, elapsed, cfg.max_minutes) >= 1.0
+        if step % cfg.checkpoint_every == 0 or step == total or over:
+            _save_checkpoint(ckpt, model, optimizer, step, elapsed)
+            with log_path.open("a", encoding="utf-8") as f:
+                f.write(
+                    json.dumps({"step": step, "total": total, "loss_ema": ema, "elapsed_s": elapsed}) + "\n"
+                )
+        if over and step < total:
+            stopped_early = True
+            print(f"\ntime budget spent at step {step}/{total} ({elapsed / 60:.1f} min); schedule complete")
+            break
+    bar.close()
+    elapsed = elapsed0 + time.time() - start
+    final = out / "final"
+    model.eval()
+    model.save_pretrained(str(final), safe_serialization=True)
+    tokenizer.save_pretrained(str(final))
+    dev_metrics = evaluate_dev(model, tokenizer, dev_pairs, cfg) if dev_pairs else {}
+    summary = {
+        "steps": step,
+        "total_steps": total,
+        "stopped_by_time_budget": stopped_early,
+        "pairs_seen": step * cfg.batch_size,
+        "train_minutes": round(elapsed / 60, 2),
+        "train_pairs": len(train_pairs),
+        "pairs_per_s": round(step * cfg.batch_size / max(1e-9, elapsed), 1),
+        "device": device,
+        "dev": dev_metrics,
+    }
+    (out / "train_summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    print(json.dumps(summary, indent=2))
+    return final
+
+
+def export_onnx(model_dir: Path, onnx_path: Path, opset: int = 17) -> None:
+    """Export a one-logit sequence-classification model to ONNX (fp32, dynamic batch and sequence axes)."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    model = AutoModelForSequenceClassification.from_pretrained(str(model_dir), local_files_only=True)
+    model.eval()
+    model.config.return_dict = False
+    ids = torch.ones((2, 16), dtype=torch.long)
+    onnx_path.parent.mkdir(parents=True, exist_ok=True)
+    axes = {0: "batch", 1: "sequence"}
+    with torch.inference_mode():
+        torch.onnx.export(
+            model,
+            (ids, ids.clone(), torch.zeros_like(ids)),
+            str(onnx_path),
+            input_names=["input_ids", "attention_mask", "token_type_ids"],
+            output_names=["logits"],
+            dynamic_axes={
+                "input_ids": axes,
+                "attention_mask": axes,
+                "token_type_ids": axes,
+                "logits": {0: "batch"},
+            },
+            opset_version=opset,
+            dynamo=False,
+        )
+
+
+def quantize_int8(src: Path, dst: Path, per_channel: bool = True) -> None:
+    """Dynamic int8 quantisation of an ONNX model's weights (per-channel keeps scores closest to fp32)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, per_channel=per_channel)
+
+
+def export_grader(
+    model_dir: Path,
+    dest: Path,
+    *,
+    name: str,
+    train_dir: Path | None = None,
+    max_length: int = 256,
+    int8: bool = True,
+    extra_meta: dict[str, Any] | None = None,
+) -> Path:
+    """Package a trained model as an ONNX grader folder loadable by `fastcrag.reranker.load_reranker`.
+
+    Writes `model.onnx` (int8 when `int8`), `tokenizer.json` and `fastcrag_model.json` into `dest`.
+
+    Returns:
+        `dest`.
+    """
+    import shutil
+    import tempfile
+
+    dest.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        fp32 = Path(tmp) / "model_fp32.onnx"
+        export_onnx(model_dir, fp32)
+        if int8:
+            quantize_int8(fp32, dest / "model.onnx")
+        else:
+            shutil.copyfile(fp32, dest / "model.onnx")
+    shutil.copyfile(model_dir / "tokenizer.json", dest / "tokenizer.json")
+    meta: dict[str, Any] = {
+        "name": name,
+        "format": "onnx-int8-dynamic-per-channel" if int8 else "onnx-fp32",
+        "max_length": max_length,
+        "activation": "sigmoid",
+        "labels": "1 = the passage contains the answer",
+    }
+    if train_dir is not None and (train_dir / "train_config.json").exists():
+        cfg = json.loads((train_dir / "train_config.json").read_text(encoding="utf-8"))
+        meta["dev_percent"] = cfg["pool"]["dev_percent"]
+        meta["seed"] = cfg["seed"]
+    meta.update(extra_meta or {})
+    (dest / "fastcrag_model.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    return dest
