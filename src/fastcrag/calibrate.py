@@ -14,7 +14,13 @@ from typing import Any
 import numpy as np
 
 from fastcrag.config.calibration import Calibration
-from fastcrag.datasets import LabelledQuestion, off_corpus_questions, read_squad, sample, squad_corpus_and_questions
+from fastcrag.datasets import (
+    LabelledQuestion,
+    off_corpus_questions,
+    read_squad,
+    sample,
+    squad_corpus_and_questions,
+)
 from fastcrag.embeddings import default_embeddings
 from fastcrag.reranker import Reranker, checked_scores
 from fastcrag.store import FaissStore
@@ -60,8 +66,9 @@ def observe(
         strip_scores = checked_scores(reranker, q.question, [s for s, _ in strips])
         best = int(np.argmax(strip_scores)) if strip_scores else 0
         top_chunk = ranked[0][1].metadata["chunk_id"] if ranked else ""
-        out.append(Observation(q.kind, ranked[0][0] if ranked else 0.0, top_chunk,
-                               strips[best][1] if strips else top_chunk))
+        out.append(
+            Observation(q.kind, ranked[0][0] if ranked else 0.0, top_chunk, strips[best][1] if strips else top_chunk)
+        )
     return out
 
 
@@ -92,9 +99,15 @@ def choose_threshold(obs: list[Observation], target_precision: float) -> tuple[f
         if should_abstain[abstained].mean() >= target_precision:
             best = float(t)
     if best is not None:
-        return best, f"reranker_threshold: highest score threshold with abstention precision >= {target_precision}"
-    j = [(should_abstain[scores < t].sum() / max(1, should_abstain.sum()))
-         - ((~should_abstain)[scores < t].sum() / max(1, (~should_abstain).sum())) for t in candidates]
+        return (
+            best,
+            f"reranker_threshold: highest score threshold with abstention precision >= {target_precision}",
+        )
+    j = [
+        (should_abstain[scores < t].sum() / max(1, should_abstain.sum()))
+        - ((~should_abstain)[scores < t].sum() / max(1, (~should_abstain).sum()))
+        for t in candidates
+    ]
     return float(candidates[int(np.argmax(j))]), (
         f"reranker_threshold: abstention precision {target_precision} unreachable; Youden's J maximum"
     )

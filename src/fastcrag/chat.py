@@ -14,7 +14,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable, RunnableLambda
-from pydantic import BaseModel, PrivateAttr
+from pydantic import BaseModel, Field, PrivateAttr
 
 SMOLLM2 = "SmolLM2-135M-Instruct"
 _ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
@@ -39,6 +39,9 @@ class LlamaCppChat(BaseChatModel):
     n_ctx: int = 2048
     max_tokens: int = 256
     temperature: float = 0.0
+    repeat_penalty: float = 1.3
+    # Asked for one or two sentences, a small model stops at its first line break.
+    stop: list[str] = Field(default_factory=lambda: ["\n"])
     seed: int = 0
     n_threads: int | None = None
 
@@ -74,8 +77,10 @@ class LlamaCppChat(BaseChatModel):
                 messages=payload,
                 max_tokens=self.max_tokens,
                 temperature=self.temperature,
+                repeat_penalty=self.repeat_penalty,
                 seed=self.seed,
                 response_format=response_format,
+                stop=None if response_format else self.stop,
             )
         return str(out["choices"][0]["message"]["content"] or "")
 
@@ -98,7 +103,7 @@ class LlamaCppChat(BaseChatModel):
         def run(value: Any) -> BaseModel:
             messages = value if isinstance(value, list) else [value]
             text = self.complete(messages, response_format=fmt)
-            return schema.model_validate(json.loads(text))
+            return schema.model_validate(json.loads(text, strict=False))
 
         return RunnableLambda(run)
 
@@ -125,4 +130,5 @@ def load_chat_model(spec: str, max_tokens: int = 256, timeout: float | None = No
     kwargs: dict[str, Any] = {"max_tokens": max_tokens}
     if timeout is not None:
         kwargs["timeout"] = timeout
-    return init_chat_model(spec, **kwargs)
+    chat_model: BaseChatModel = init_chat_model(spec, **kwargs)
+    return chat_model

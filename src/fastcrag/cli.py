@@ -56,8 +56,13 @@ def cmd_index(args: argparse.Namespace) -> int:
     for p in paths:
         if not p.exists():
             raise UserError(f"no such file or folder: {p}")
-    report = build_index(load_documents(paths), folder, chunk_tokens=settings.chunk_tokens,
-                         chunk_overlap=settings.chunk_overlap, progress=not args.quiet)
+    report = build_index(
+        load_documents(paths),
+        folder,
+        chunk_tokens=settings.chunk_tokens,
+        chunk_overlap=settings.chunk_overlap,
+        progress=not args.quiet,
+    )
     print(
         f"{folder}: {report.documents_added} new, {report.documents_changed} changed, "
         f"{report.documents_unchanged} unchanged documents; {report.chunks_added} chunks added "
@@ -72,8 +77,10 @@ def format_result(result: dict[str, Any]) -> str:
     lines = [result.get("answer", ""), ""]
     if result.get("citations"):
         lines.append("Citations:")
-        lines += [f"  [{i}] {c['source']}  chunk {c['chunk_id']}  score {c['score']:.3f}"
-                  for i, c in enumerate(result["citations"], 1)]
+        lines += [
+            f"  [{i}] {c['source']}  chunk {c['chunk_id']}  score {c['score']:.3f}"
+            for i, c in enumerate(result["citations"], 1)
+        ]
         lines.append("")
     top = crag.get("top_score")
     thresholds = crag.get("thresholds") or {}
@@ -99,6 +106,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from fastcrag.graph.builder import build_graph
 
     graph = build_graph(settings=_settings(args))
+    graph.parts.warm_up()  # type: ignore[attr-defined]  # load errors are reported plainly, timings are warm
     result = graph.invoke({"question": args.question})
     print(json.dumps(result, ensure_ascii=False, indent=2) if args.json else format_result(result))
     return 0
@@ -116,11 +124,22 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             raise UserError(f"no such file or folder: {p}")
     reranker = load_reranker(settings.reranker or default_reranker_spec())
     out = Path(args.out) if args.out else PACKAGED_CALIBRATION
-    cal = calibrate(Path(args.squad), Path(args.off_corpus), reranker, out, per_class=args.per_class,
-                    seed=args.seed, target_precision=args.target_precision, tolerance=args.tolerance,
-                    chunk_tokens=settings.chunk_tokens, chunk_overlap=settings.chunk_overlap)
-    print(f"{out}: reranker_threshold={cal.reranker_threshold} crag_upper={cal.crag_upper} "
-          f"({cal.reranker_model})\n{json.dumps(cal.metrics, indent=2)}")
+    cal = calibrate(
+        Path(args.squad),
+        Path(args.off_corpus),
+        reranker,
+        out,
+        per_class=args.per_class,
+        seed=args.seed,
+        target_precision=args.target_precision,
+        tolerance=args.tolerance,
+        chunk_tokens=settings.chunk_tokens,
+        chunk_overlap=settings.chunk_overlap,
+    )
+    print(
+        f"{out}: reranker_threshold={cal.reranker_threshold} crag_upper={cal.crag_upper} "
+        f"({cal.reranker_model})\n{json.dumps(cal.metrics, indent=2)}"
+    )
     return 0
 
 
@@ -147,8 +166,11 @@ def parser() -> argparse.ArgumentParser:
 
     cal = sub.add_parser("calibrate", help="derive reranker_threshold and crag_upper from SQuAD v2 questions")
     cal.add_argument("--squad", default="../shared/data/squad2-dev", help="SQuAD v2 JSON file or folder")
-    cal.add_argument("--off-corpus", default="../shared/data/train/squad11-train",
-                     help="SQuAD JSON whose articles are not in the corpus")
+    cal.add_argument(
+        "--off-corpus",
+        default="../shared/data/train/squad11-train",
+        help="SQuAD JSON whose articles are not in the corpus",
+    )
     cal.add_argument("--reranker", help="reranker to calibrate (default: FASTRAG_RERANKER, else packaged)")
     cal.add_argument("--out", help="calibration.json to write (default: the packaged one)")
     cal.add_argument("--per-class", type=int, default=200, help="questions per class")
@@ -169,8 +191,9 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `fastcrag` console script."""
     args = parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="fastcrag: %(levelname)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="fastcrag: %(levelname)s: %(message)s"
+    )
     from fastcrag.config.calibration import CalibrationError
     from fastcrag.store import IndexLoadError
 

@@ -110,5 +110,8 @@ class Components:
         return resolve(self.settings, self.calibration().thresholds(), context)
 
     def warm_up(self) -> None:
-        """Load every part now (the CLI and servers call this; the graph itself loads lazily)."""
-        self.retriever(), self.reranker(), self.generator(), self.calibration()
+        """Load every part and run each model once (the CLI and servers call this; the graph loads lazily)."""
+        self.calibration()
+        self.retriever().invoke("warm-up")
+        self.reranker().score("warm-up", ["warm-up"])
+        self.generator()

@@ -126,6 +126,11 @@ def ensure_default_index(chunk_tokens: int = 128, chunk_overlap: int = 24, progr
     except IndexLoadError:
         shutil.rmtree(folder, ignore_errors=True)
         print(f"fastcrag: building the embedded Python-reference index in {folder} (once)", file=sys.stderr)
-        build_index(python_reference(), folder, chunk_tokens=chunk_tokens, chunk_overlap=chunk_overlap,
-                    progress=progress)
+        build_index(
+            python_reference(),
+            folder,
+            chunk_tokens=chunk_tokens,
+            chunk_overlap=chunk_overlap,
+            progress=progress,
+        )
     return folder

@@ -50,9 +50,7 @@ class OnnxCrossEncoderReranker:
         self.max_length = int(max_length or meta.get("max_length", DEFAULT_MAX_LENGTH))
         self.batch_size = batch_size
         env_threads = os.environ.get("FASTCRAG_ORT_THREADS", "")
-        self.threads = (
-            threads if threads is not None else (int(env_threads) if env_threads.isdigit() else None)
-        )
+        self.threads = threads if threads is not None else (int(env_threads) if env_threads.isdigit() else None)
         self.model_file = model_file
         self._session: Any = None
         self._tokenizer: Any = None

@@ -23,8 +23,6 @@ class IndexLoadError(RuntimeError):
     """The index folder is missing, damaged or out of step; the message names the folder."""
 
 
-
-
 class FaissStore(VectorStore):
     """Inner-product FAISS index over normalised embeddings, with its chunk store in step, row for row."""
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Literal
 
-from langgraph.graph import END
-
 from fastcrag.config.settings import RunConfig
 from fastcrag.graph.state import State
 
@@ -36,4 +34,4 @@ def after_rewrite(state: State) -> Literal["retrieve", "abstain"]:
 
 def after_generate(state: State) -> Literal["abstain", "__end__"]:
     """Generation that failed abstains instead of returning an ungrounded or empty answer."""
-    return "abstain" if state.get("failure") else END
+    return "abstain" if state.get("failure") else "__end__"

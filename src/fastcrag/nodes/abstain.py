@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from langgraph.runtime import Runtime
@@ -11,13 +10,14 @@ from fastcrag import metrics
 from fastcrag.components import Components
 from fastcrag.config.settings import Context
 from fastcrag.graph.state import State, trace
+from fastcrag.nodes import Node
 from fastcrag.nodes.generate import trace_extra
 
 
-def make(parts: Components) -> Callable[[State, Runtime[Context]], dict[str, Any]]:
+def make(parts: Components) -> Node:
     """Build the node over `parts`."""
 
-    def abstain(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    def abstain(state: State, *, runtime: Runtime[Context]) -> dict[str, Any]:
         """Answer with the abstention message and no citations."""
         try:
             message = parts.run_config(runtime.context).abstain_message
@@ -25,6 +25,10 @@ def make(parts: Components) -> Callable[[State, Runtime[Context]], dict[str, Any
             message = parts.settings.abstain_message
         timings = dict(state.get("timings") or {})
         metrics.record("abstain", timings)
-        return {"answer": message, "citations": [], "crag": trace(state, "abstain", timings, trace_extra(parts, state))}
+        return {
+            "answer": message,
+            "citations": [],
+            "crag": trace(state, "abstain", timings, trace_extra(parts, state)),
+        }
 
     return abstain

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 from langgraph.runtime import Runtime
@@ -12,6 +11,7 @@ from fastcrag import metrics
 from fastcrag.components import Components
 from fastcrag.config.settings import Context
 from fastcrag.graph.state import Action, Citation, State, add_time, trace
+from fastcrag.nodes import Node
 
 
 def action_of(state: State, crag_enabled: bool) -> Action:
@@ -32,10 +32,10 @@ def trace_extra(parts: Components, state: State) -> dict[str, Any]:
         return {"reranker": None, "thresholds": None}
 
 
-def make(parts: Components) -> Callable[[State, Runtime[Context]], dict[str, Any]]:
+def make(parts: Components) -> Node:
     """Build the node over `parts`."""
 
-    def generate(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    def generate(state: State, *, runtime: Runtime[Context]) -> dict[str, Any]:
         """Generate; a generator failure or an empty answer becomes a `failure` (routed to abstain)."""
         started = time.perf_counter()
         cfg = parts.run_config(runtime.context)
@@ -47,8 +47,10 @@ def make(parts: Components) -> Callable[[State, Runtime[Context]], dict[str, Any
             if not answer.text.strip():
                 raise ValueError("the generator returned an empty answer")
         except Exception as exc:  # never an answer without grounding: abstain with the reason
-            return {"failure": f"generation failed: {type(exc).__name__}: {exc}",
-                    "timings": add_time(state, "generate_ms", (time.perf_counter() - started) * 1000)}
+            return {
+                "failure": f"generation failed: {type(exc).__name__}: {exc}",
+                "timings": add_time(state, "generate_ms", (time.perf_counter() - started) * 1000),
+            }
         timings = add_time(state, "generate_ms", (time.perf_counter() - started) * 1000)
         citations: list[Citation] = []
         for i in answer.used:

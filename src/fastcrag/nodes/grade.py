@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 from langgraph.config import get_stream_writer
@@ -12,12 +11,13 @@ from langgraph.runtime import Runtime
 from fastcrag.components import Components
 from fastcrag.config.settings import Context
 from fastcrag.graph.state import Passage, State, add_time, band_of
+from fastcrag.nodes import Node
 
 
-def make(parts: Components) -> Callable[[State, Runtime[Context]], dict[str, Any]]:
+def make(parts: Components) -> Node:
     """Build the node over `parts`."""
 
-    def grade(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    def grade(state: State, *, runtime: Runtime[Context]) -> dict[str, Any]:
         """Two comparisons per candidate; INCORRECT candidates never reach the generator."""
         started = time.perf_counter()
         if state.get("failure"):
@@ -29,21 +29,31 @@ def make(parts: Components) -> Callable[[State, Runtime[Context]], dict[str, Any
         lo, hi = cfg.reranker_threshold, cfg.crag_upper
         candidates = state.get("candidates") or []
         verdicts = [
-            {"chunk_id": c["chunk_id"], "source": c["source"], "score": round(c["score"], 6),
-             "verdict": band_of(c["score"], lo, hi)}
+            {
+                "chunk_id": c["chunk_id"],
+                "source": c["source"],
+                "score": round(c["score"], 6),
+                "verdict": band_of(c["score"], lo, hi),
+            }
             for c in candidates
         ]
         top = candidates[0]["score"] if candidates else 0.0
         band = band_of(top, lo, hi)
-        context: list[Passage] = [
-            {"chunk_id": c["chunk_id"], "source": c["source"], "text": c["text"], "score": c["score"]}
+        context = [
+            Passage(chunk_id=c["chunk_id"], source=c["source"], text=c["text"], score=c["score"])
             for c, v in zip(candidates, verdicts, strict=True)
             if v["verdict"] != "INCORRECT"
         ][: cfg.top_n]
-        get_stream_writer()({"event": "graded", "band": band, "top_score": top,
-                             "scores": [v["score"] for v in verdicts]})
+        get_stream_writer()(
+            {"event": "graded", "band": band, "top_score": top, "scores": [v["score"] for v in verdicts]}
+        )
         timings = add_time(state, "crag_ms", (time.perf_counter() - started) * 1000)
-        return {"band": band, "top_score": round(top, 6), "verdicts": verdicts, "context": context,
-                "timings": timings}
+        return {
+            "band": band,
+            "top_score": round(top, 6),
+            "verdicts": verdicts,
+            "context": context,
+            "timings": timings,
+        }
 
     return grade

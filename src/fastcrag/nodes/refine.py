@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 from langgraph.runtime import Runtime
@@ -11,14 +10,15 @@ from langgraph.runtime import Runtime
 from fastcrag.components import Components
 from fastcrag.config.settings import Context
 from fastcrag.graph.state import Passage, State, add_time
+from fastcrag.nodes import Node
 from fastcrag.reranker import checked_scores
 from fastcrag.text import count_tokens, split_sentences
 
 
-def make(parts: Components) -> Callable[[State, Runtime[Context]], dict[str, Any]]:
+def make(parts: Components) -> Node:
     """Build the node over `parts`."""
 
-    def refine(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    def refine(state: State, *, runtime: Runtime[Context]) -> dict[str, Any]:
         """Keep strips scoring >= reranker_threshold; a kept strip that is too short keeps its whole chunk."""
         started = time.perf_counter()
         cfg = parts.run_config(runtime.context)
@@ -31,8 +31,11 @@ def make(parts: Components) -> Callable[[State, Runtime[Context]], dict[str, Any
         try:
             scores = checked_scores(parts.reranker(), str(state["question"]), [s for s, _ in strips])
         except Exception as exc:
-            return {"failure": f"refinement failed: {exc}", "strips_kept": 0,
-                    "timings": add_time(state, "crag_ms", (time.perf_counter() - started) * 1000)}
+            return {
+                "failure": f"refinement failed: {exc}",
+                "strips_kept": 0,
+                "timings": add_time(state, "crag_ms", (time.perf_counter() - started) * 1000),
+            }
         kept = sorted(
             ((score, s, c) for score, (s, c) in zip(scores, strips, strict=True) if score >= cfg.reranker_threshold),
             key=lambda t: t[0],
@@ -43,8 +46,15 @@ def make(parts: Components) -> Callable[[State, Runtime[Context]], dict[str, Any
         whole: set[str] = set()
         for (score, strip, chunk), n in zip(kept, lengths, strict=True):
             if n >= cfg.crag_strip_min_tokens:
-                context.append({"chunk_id": chunk["chunk_id"], "source": chunk["source"], "text": strip,
-                                "score": score, "strip": True})
+                context.append(
+                    {
+                        "chunk_id": chunk["chunk_id"],
+                        "source": chunk["source"],
+                        "text": strip,
+                        "score": score,
+                        "strip": True,
+                    }
+                )
             elif chunk["chunk_id"] not in whole:  # too short to stand alone: its chunk stands in
                 whole.add(chunk["chunk_id"])
                 context.append({**chunk, "score": score})

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable
 from typing import Any
 
 from langgraph.runtime import Runtime
@@ -12,6 +11,7 @@ from langgraph.runtime import Runtime
 from fastcrag.components import Components
 from fastcrag.config.settings import Context
 from fastcrag.graph.state import Candidate, State, add_time
+from fastcrag.nodes import Node
 from fastcrag.reranker import checked_scores
 from fastcrag.text import clean_text
 
@@ -23,17 +23,25 @@ def _candidate(doc: Any, score: float) -> Candidate:
     return {"chunk_id": chunk_id, "source": str(meta.get("source", "")), "text": text, "score": score}
 
 
-def make(parts: Components) -> Callable[[State, Runtime[Context]], dict[str, Any]]:
+def make(parts: Components) -> Node:
     """Build the node over `parts`."""
 
-    def retrieve(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    def retrieve(state: State, *, runtime: Runtime[Context]) -> dict[str, Any]:
         """Retrieve and rerank; failures and unusable questions become a traced `failure`."""
         retry = bool(state.get("retry"))
         # A fresh question (also on a thread that answered others before) starts a clean trace.
         update: dict[str, Any] = {"retry": False, "failure": None, "candidates": []}
         if not retry:
-            update |= {"rewrites": 0, "rewritten_query": None, "strips_kept": None, "band": None,
-                       "top_score": None, "verdicts": [], "context": [], "timings": {}}
+            update |= {
+                "rewrites": 0,
+                "rewritten_query": None,
+                "strips_kept": None,
+                "band": None,
+                "top_score": None,
+                "verdicts": [],
+                "context": [],
+                "timings": {},
+            }
         timings_state: State = {**state, **update}  # type: ignore[typeddict-item]
         question = clean_text(str(state.get("question") or "")).strip()
         limit = parts.settings.max_question_chars
@@ -56,7 +64,9 @@ def make(parts: Components) -> Callable[[State, Runtime[Context]], dict[str, Any
             return update | {"failure": str(exc)}
         reranked = time.perf_counter()
         candidates = sorted(
-            (_candidate(d, s) for d, s in zip(docs, scores, strict=True)), key=lambda c: c["score"], reverse=True
+            (_candidate(d, s) for d, s in zip(docs, scores, strict=True)),
+            key=lambda c: c["score"],
+            reverse=True,
         )
         if retry:  # a second retrieval is part of the correction's cost
             timings = add_time(timings_state, "crag_ms", (reranked - started) * 1000)

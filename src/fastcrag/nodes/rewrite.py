@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 from langgraph.runtime import Runtime
@@ -11,6 +10,7 @@ from langgraph.runtime import Runtime
 from fastcrag.components import Components
 from fastcrag.config.settings import Context
 from fastcrag.graph.state import State, add_time
+from fastcrag.nodes import Node
 
 
 def normalise(text: str) -> str:
@@ -18,10 +18,10 @@ def normalise(text: str) -> str:
     return " ".join(text.casefold().split())
 
 
-def make(parts: Components) -> Callable[[State, Runtime[Context]], dict[str, Any]]:
+def make(parts: Components) -> Node:
     """Build the node over `parts`."""
 
-    def rewrite(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    def rewrite(state: State, *, runtime: Runtime[Context]) -> dict[str, Any]:
         """Rewrite the question; raising, empty or unchanged output is a `failure` (routed to abstain)."""
         started = time.perf_counter()
         question = str(state["question"])

@@ -10,6 +10,7 @@ import re
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -186,9 +187,7 @@ def quality_benchmark(
     n_a, n_u = len(ans), len(unans)
     bi_top = sims[np.arange(len(queries))[:, None], top20][:, 0].tolist()
     table["squad2-dev AUC answerable vs off-corpus"] = {"bi-encoder": auc(bi_top[:n_a], bi_top[n_a + n_u :])}
-    table["squad2-dev AUC answerable vs unanswerable"] = {
-        "bi-encoder": auc(bi_top[:n_a], bi_top[n_a : n_a + n_u])
-    }
+    table["squad2-dev AUC answerable vs unanswerable"] = {"bi-encoder": auc(bi_top[:n_a], bi_top[n_a : n_a + n_u])}
     table["squad2-dev gold paragraph first (answerable)"] = {
         "bi-encoder": float(np.mean([top20[i, 0] == g for i, (_, g) in enumerate(ans)]))
     }
@@ -209,13 +208,13 @@ def quality_benchmark(
         progress(f"  {rr.name}: squad2-dev reranked in {time.time() - t0:.0f}s")
 
     # --- strip scoring on held-out SQuAD 1.1
-    strips = []
+    strips: list[tuple[str, list[str], int]] = []
     for a in held:
-        for q in a.questions:
-            sents = split_sentences(a.paragraphs[q.paragraph])
-            k = answer_sentence_index(sents, q.answers)
-            if k is not None and len(sents) > 1:
-                strips.append((q.question, sents, k))
+        for item in a.questions:
+            sents = split_sentences(a.paragraphs[item.paragraph])
+            where = answer_sentence_index(sents, item.answers)
+            if where is not None and len(sents) > 1:
+                strips.append((item.question, sents, where))
     strips = _sample(strips, per_class, seed + 3)
     row: dict[str, float] = {}
     hits = []
@@ -245,9 +244,7 @@ def quality_benchmark(
     top = np.argsort(-csims, axis=1)[:, :scifact_depth]
     bm = _bm25([corpus[d] for d in doc_ids])
     sf: dict[str, float] = {}
-    sf["bi-encoder"] = float(
-        np.mean([ndcg_at_k([doc_ids[j] for j in top[i]], qrels[q]) for i, q in enumerate(qids)])
-    )
+    sf["bi-encoder"] = float(np.mean([ndcg_at_k([doc_ids[j] for j in top[i]], qrels[q]) for i, q in enumerate(qids)]))
     bm_scores = [bm.get_scores(bm25_tokens(claims[q])) for q in qids]
     sf["BM25"] = float(
         np.mean(
@@ -260,11 +257,11 @@ def quality_benchmark(
     for rr in rerankers.values():
         t0 = time.time()
         vals = []
-        for i, q in enumerate(qids):
-            cand = [doc_ids[j] for j in top[i]]
-            sc = rr.score(claims[q], [corpus[d] for d in cand])
-            order = sorted(range(len(cand)), key=lambda j: -sc[j])
-            vals.append(ndcg_at_k([cand[j] for j in order], qrels[q]))
+        for i, qid in enumerate(qids):
+            cand_ids = [doc_ids[j] for j in top[i]]
+            sc = rr.score(claims[qid], [corpus[d] for d in cand_ids])
+            order = sorted(range(len(cand_ids)), key=lambda j: -sc[j])
+            vals.append(ndcg_at_k([cand_ids[j] for j in order], qrels[qid]))
         sf[rr.name] = float(np.mean(vals))
         progress(f"  {rr.name}: scifact reranked in {time.time() - t0:.0f}s")
     table[f"SciFact test nDCG@10 (rerank bi-encoder top {scifact_depth})"] = sf
@@ -364,14 +361,13 @@ def speed_benchmark(
     query = "who agreed to swear fealty to the king of west francia?"
     rows: list[dict[str, Any]] = []
     print(
-        f"\nreranking {candidates} candidates, {threads} threads, {repeats} runs after 3 warm-up, "
-        "tokenisation included"
+        f"\nreranking {candidates} candidates, {threads} threads, {repeats} runs after 3 warm-up, tokenisation included"
     )
     print("| variant | tokens | P50 ms | P95 ms |\n|---|---|---|---|")
     for n in lengths:
         texts = _texts_of_length(tok, n, candidates)
         for label, r in variants:
-            ms = _time(lambda r=r, texts=texts: r.score(query, texts), repeats)
+            ms = _time(partial(r.score, query, texts), repeats)
             row = {"variant": label, "tokens": n, "p50_ms": percentile(ms, 50), "p95_ms": percentile(ms, 95)}
             rows.append(row)
             print(f"| {label} | {n} | {row['p50_ms']:.0f} | {row['p95_ms']:.0f} |", flush=True)

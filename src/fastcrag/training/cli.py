@@ -86,9 +86,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     t = subparsers.add_parser("train-reranker", help="fine-tune the cross-encoder grader (resumable)")
     t.add_argument("--output", default="runs/grader", help="run folder (pool, checkpoint, final model)")
     t.add_argument("--base-model", default="", help="starting weights (default: packaged all-MiniLM-L6-v2)")
-    t.add_argument(
-        "--data-root", default=DEFAULT_DATA_ROOT, help="shared data folder holding train/ and scifact/"
-    )
+    t.add_argument("--data-root", default=DEFAULT_DATA_ROOT, help="shared data folder holding train/ and scifact/")
     t.add_argument("--no-shared-data", action="store_true", help="train only on --user-data")
     t.add_argument(
         "--user-data",
@@ -104,9 +102,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     t.add_argument("--max-length", type=int, default=256)
     t.add_argument("--fp32", action="store_true", help="disable bf16 autocast")
     t.add_argument("--checkpoint-every", type=int, default=200)
-    t.add_argument(
-        "--max-minutes", type=float, default=0.0, help="checkpoint and stop after this long (0: none)"
-    )
+    t.add_argument("--max-minutes", type=float, default=0.0, help="checkpoint and stop after this long (0: none)")
     t.add_argument("--max-pairs", type=int, default=0, help="cap the training pairs (0: all)")
     t.add_argument("--threads", type=int, default=2)
     t.add_argument("--squad-questions", type=int, default=15000)
@@ -120,9 +116,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     t.set_defaults(func=_train)
 
     b = subparsers.add_parser("bench-reranker", help="P50/P95 latency of reranking N candidates per variant")
-    b.add_argument(
-        "--torch-model", default="", help="HF/sentence-transformers folder (fp32 and bf16 torch rows)"
-    )
+    b.add_argument("--torch-model", default="", help="HF/sentence-transformers folder (fp32 and bf16 torch rows)")
     b.add_argument("--onnx", action="append", default=[], help="folder(s) holding model.onnx (repeatable)")
     b.add_argument("--candidates", type=int, default=20)
     b.add_argument("--lengths", type=int, nargs="+", default=[128, 256], help="tokens per candidate")

@@ -22,9 +22,7 @@ EXCLUDED_TITLES = frozenset({"Jacksonville, Florida", "Packet switching", "Packe
 _SENT_RE = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")
 _WORD_RE = re.compile(r"\w+", re.UNICODE)
 _ENTITY_RE = re.compile(r"\b(?:[A-Z][\w'-]+(?:\s+(?:of|the|de|von|van)?\s*[A-Z][\w'-]+)*|\d[\d,.]*)\b")
-_AUX_RE = re.compile(
-    r"^(.*?)\b(is|was|are|were|did|does|do|can|could|has|had|have|will|would|should)\b\s+(.*)$"
-)
+_AUX_RE = re.compile(r"^(.*?)\b(is|was|are|were|did|does|do|can|could|has|had|have|will|would|should)\b\s+(.*)$")
 _NEGATED = {"can": "can't", "will": "won't", "do": "don't"}
 
 
@@ -216,9 +214,7 @@ def load_squad(path: Path) -> list[Article]:
             for qa in p.get("qas", []):
                 answers = [str(x["text"]) for x in qa.get("answers", [])]
                 impossible = bool(qa.get("is_impossible", False)) or not answers
-                a.questions.append(
-                    QAItem(str(qa["question"]).strip(), answers, idx, impossible, str(qa.get("id", "")))
-                )
+                a.questions.append(QAItem(str(qa["question"]).strip(), answers, idx, impossible, str(qa.get("id", ""))))
         articles.append(a)
     return articles
 
@@ -305,11 +301,7 @@ def squad_pairs(
         if rng.random() < cfg.p_random and len(articles) > 1:
             other = rng.choice(articles)
             if other is not a and other.paragraphs:
-                out.append(
-                    Pair(
-                        q.question, clip_words(rng.choice(other.paragraphs), mw), 0.0, f"{source}:random", grp
-                    )
-                )
+                out.append(Pair(q.question, clip_words(rng.choice(other.paragraphs), mw), 0.0, f"{source}:random", grp))
         if ai is not None and len(sents) > 1 and rng.random() < cfg.p_sentences:
             others = [s for i, s in enumerate(sents) if i != ai and not contains_any(s, q.answers)]
             if others:
@@ -488,15 +480,12 @@ def beir_pairs(
         for d in sorted(qrels[qid]):
             if d in corpus:
                 out.extend(
-                    Pair(q, clip_words(corpus[d], max_words), 1.0, f"{source}:pos", grp)
-                    for _ in range(positive_repeat)
+                    Pair(q, clip_words(corpus[d], max_words), 1.0, f"{source}:pos", grp) for _ in range(positive_repeat)
                 )
         negs = [doc_ids[i] for i in nn if doc_ids[i] not in qrels[qid]][:hard_negatives]
         negs.append(rng.choice(doc_ids))
         out.extend(
-            Pair(q, clip_words(corpus[d], max_words), 0.0, f"{source}:neg", grp)
-            for d in negs
-            if d not in qrels[qid]
+            Pair(q, clip_words(corpus[d], max_words), 0.0, f"{source}:neg", grp) for d in negs if d not in qrels[qid]
         )
     return out
 
@@ -523,9 +512,7 @@ def detect_format(path: Path) -> str:
         ValueError: the path is none of these.
     """
     if path.is_dir():
-        if (path / "qrels").is_dir() and any(
-            (path / n).exists() for n in ("corpus.jsonl", "corpus.jsonl.gz")
-        ):
+        if (path / "qrels").is_dir() and any((path / n).exists() for n in ("corpus.jsonl", "corpus.jsonl.gz")):
             return "beir"
         raise ValueError(f"{path}: a folder must be BEIR (corpus.jsonl[.gz], queries.jsonl, qrels/)")
     name = path.name.lower().removesuffix(".gz")
@@ -598,13 +585,9 @@ def build_pool(
             a.questions = [q for q in a.questions if q.impossible]
         pairs += squad_pairs(sq2, cfg, rng, source="squad11", n_questions=0)
         pairs += selqa_pairs(sorted((train / "selqa").glob("selqa-ass-*.json")), cfg.selqa_questions, rng)
-        pairs += medquad_pairs(
-            train / "medquad" / "medquad.tar.gz", cfg.medquad_questions, rng, cfg.max_words
-        )
+        pairs += medquad_pairs(train / "medquad" / "medquad.tar.gz", cfg.medquad_questions, rng, cfg.max_words)
         pairs += covidqa_pairs(train / "covidqa" / "200423_covidQA.json", cfg.covidqa_questions, rng)
-        pairs += pubmedqa_pairs(
-            train / "pubmedqa" / "ori_pqal.json", cfg.pubmedqa_questions, rng, cfg.max_words
-        )
+        pairs += pubmedqa_pairs(train / "pubmedqa" / "ori_pqal.json", cfg.pubmedqa_questions, rng, cfg.max_words)
         if include_scifact_train and (data_root / "scifact" / "qrels" / "train.tsv").exists():
             pairs += beir_pairs(
                 data_root / "scifact",

@@ -68,9 +68,7 @@ def _device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def length_bucketed_batches(
-    lengths: Sequence[int], batch_size: int, seed: int, epoch: int
-) -> list[list[int]]:
+def length_bucketed_batches(lengths: Sequence[int], batch_size: int, seed: int, epoch: int) -> list[list[int]]:
     """Batches of similar length, in a seeded random order.
 
     Indices are shuffled, cut into mega-batches of 50 batches, each sorted by length and cut into batches; the
@@ -224,9 +222,7 @@ def evaluate_dev(
 ) -> dict[str, Any]:
     """AUC on the dev pool overall and per source family (only families with both labels)."""
     sample = list(dev[:limit])
-    logits = predict_logits(
-        model, tokenizer, [(p.question, p.passage) for p in sample], cfg.max_length, 64, cfg.bf16
-    )
+    logits = predict_logits(model, tokenizer, [(p.question, p.passage) for p in sample], cfg.max_length, 64, cfg.bf16)
     res: dict[str, Any] = {"pairs": len(sample), "auc": _auc([p.label for p in sample], logits)}
     fams: dict[str, list[int]] = {}
     for i, p in enumerate(sample):
@@ -236,11 +232,7 @@ def evaluate_dev(
         if not math.isnan(a):
             res[f"auc_{fam}"] = a
     # answerability slice: own paragraph (1) vs deleted/swap/unanswerable on the same paragraph (0)
-    idx = [
-        i
-        for i, p in enumerate(sample)
-        if p.source.split(":")[-1] in ("own", "deleted", "swap", "unanswerable")
-    ]
+    idx = [i for i, p in enumerate(sample) if p.source.split(":")[-1] in ("own", "deleted", "swap", "unanswerable")]
     res["auc_own_vs_answer_removed"] = _auc([sample[i].label for i in idx], [logits[i] for i in idx])
     return res
 
@@ -280,10 +272,7 @@ def train(cfg: TrainConfig) -> Path:
     type_ids: list[list[int]] = enc["token_type_ids"]
     lengths = [len(x) for x in input_ids]
     labels = [p.label for p in train_pairs]
-    print(
-        f"tokenised {len(lengths)} pairs in {time.time() - t0:.0f}s; "
-        f"mean length {sum(lengths) / len(lengths):.0f}"
-    )
+    print(f"tokenised {len(lengths)} pairs in {time.time() - t0:.0f}s; mean length {sum(lengths) / len(lengths):.0f}")
 
     model = AutoModelForSequenceClassification.from_pretrained(base, num_labels=1, local_files_only=True)
     model.to(device)
@@ -296,9 +285,7 @@ def train(cfg: TrainConfig) -> Path:
         {"params": [p for n, p in model.named_parameters() if n.endswith(no_decay)], "weight_decay": 0.0},
     ]
     optimizer = torch.optim.AdamW(groups, lr=cfg.lr)
-    plan = [
-        b for e in range(cfg.epochs) for b in length_bucketed_batches(lengths, cfg.batch_size, cfg.seed, e)
-    ]
+    plan = [b for e in range(cfg.epochs) for b in length_bucketed_batches(lengths, cfg.batch_size, cfg.seed, e)]
     total = len(plan)
     step, elapsed0 = 0, 0.0
     ckpt = out / "checkpoint"
@@ -330,9 +317,7 @@ def train(cfg: TrainConfig) -> Path:
         for g in optimizer.param_groups:
             g["lr"] = lr_at(progress, cfg.lr, cfg.warmup)
         with torch.autocast(device, dtype=torch.bfloat16, enabled=cfg.bf16):
-            logits = model(
-                input_ids=ids.to(device), token_type_ids=tt.to(device), attention_mask=am.to(device)
-            ).logits
+            logits = model(input_ids=ids.to(device), token_type_ids=tt.to(device), attention_mask=am.to(device)).logits
         loss = loss_fn(logits.float().view(-1), y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -348,9 +333,7 @@ def train(cfg: TrainConfig) -> Path:
         if step % cfg.checkpoint_every == 0 or step == total or over:
             _save_checkpoint(ckpt, model, optimizer, step, elapsed)
             with log_path.open("a", encoding="utf-8") as f:
-                f.write(
-                    json.dumps({"step": step, "total": total, "loss_ema": ema, "elapsed_s": elapsed}) + "\n"
-                )
+                f.write(json.dumps({"step": step, "total": total, "loss_ema": ema, "elapsed_s": elapsed}) + "\n")
         if over and step < total:
             stopped_early = True
             print(f"\ntime budget spent at step {step}/{total} ({elapsed / 60:.1f} min); schedule complete")

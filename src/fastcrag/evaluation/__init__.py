@@ -1,0 +1,1 @@
+"""Evaluation and benchmarks: SQuAD v2 abstention, BEIR retrieval, stage latency, grader cost."""

@@ -1,0 +1,162 @@
+"""Subcommands `eval abstention`, `eval retrieval` and `bench` for the main `fastcrag` command line."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from fastcrag.config.settings import DEFAULT_LLM
+
+DATA = "../shared/data"
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    from fastcrag.config.settings import Settings
+
+    overrides: dict[str, Any] = {}
+    if getattr(args, "reranker", None):
+        overrides["reranker"] = args.reranker
+    if getattr(args, "calibration", None):
+        overrides["calibration"] = Path(args.calibration)
+    return Settings(**overrides)
+
+
+def _offline() -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _check_paths(*paths: Path) -> None:
+    for p in paths:
+        if not p.exists():
+            raise FileNotFoundError(f"no such file or folder: {p}")
+
+
+def cmd_abstention(args: argparse.Namespace) -> int:
+    """Run `fastcrag eval abstention`."""
+    from fastcrag.evaluation.abstention import AbstentionConfig, run
+
+    _offline()
+    cfg = AbstentionConfig(
+        squad=Path(args.squad),
+        off_corpus=Path(args.off_corpus),
+        per_class=args.per_class,
+        seed=args.seed,
+        generators=[g.strip() for g in args.generators.split(",") if g.strip()],
+        out=Path(args.out),
+        fresh=args.fresh,
+        exclude_calibration=not args.include_calibration_sample,
+    )
+    _check_paths(cfg.squad, cfg.off_corpus)
+    if cfg.per_class < 1 or not cfg.generators:
+        raise ValueError("--per-class must be >= 1 and --generators must name at least one generator")
+    code = run(cfg, _settings(args))
+    print((cfg.out / "report.md").read_text(encoding="utf-8"))
+    return code
+
+
+def cmd_retrieval(args: argparse.Namespace) -> int:
+    """Run `fastcrag eval retrieval`."""
+    from fastcrag.evaluation.retrieval import RetrievalConfig, run
+
+    _offline()
+    cfg = RetrievalConfig(
+        beir=Path(args.beir),
+        split=args.split,
+        queries=args.queries,
+        seed=args.seed,
+        depth=args.depth,
+        out=Path(args.out),
+        fresh=args.fresh,
+    )
+    _check_paths(cfg.beir)
+    code = run(cfg, _settings(args))
+    print((cfg.out / "report.md").read_text(encoding="utf-8"))
+    return code
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Run `fastcrag bench`."""
+    from fastcrag.evaluation.bench import BenchConfig, run
+
+    _offline()
+    cfg = BenchConfig(
+        squad=Path(args.squad),
+        off_corpus=Path(args.off_corpus),
+        per_class=args.per_class,
+        seed=args.seed,
+        llm=args.llm,
+        judge_questions=args.judge_questions,
+        warmup=args.warmup,
+        budget_ms=args.budget_ms,
+        out=Path(args.out),
+        fresh=args.fresh,
+    )
+    _check_paths(cfg.squad, cfg.off_corpus)
+    code = run(cfg, _settings(args))
+    print((cfg.out / "report.md").read_text(encoding="utf-8"))
+    return code
+
+
+def _common(p: argparse.ArgumentParser, out: str) -> None:
+    p.add_argument("--out", default=out, help=f"output folder (default: {out})")
+    p.add_argument("--fresh", action="store_true", help="discard earlier results in --out instead of resuming")
+    p.add_argument("--reranker", help="grader folder, model name or `bi-encoder` (default: FASTRAG_RERANKER)")
+    p.add_argument("--calibration", help="calibration.json (default: FASTRAG_CALIBRATION, else the packaged one)")
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add `eval` (with `abstention` and `retrieval`) and `bench` to the `fastcrag` parser."""
+    ev = subparsers.add_parser("eval", help="evaluate CRAG against plain RAG on shared data")
+    ev_sub = ev.add_subparsers(dest="eval_command", required=True)
+
+    ab = ev_sub.add_parser("abstention", help="truthfulness and abstention on SQuAD v2, CRAG on vs off")
+    ab.add_argument("--squad", default=f"{DATA}/squad2-dev", help="SQuAD v2 JSON file or folder (the corpus)")
+    ab.add_argument(
+        "--off-corpus",
+        default=f"{DATA}/train/squad11-train",
+        help="SQuAD JSON whose articles are not indexed (off-corpus questions)",
+    )
+    ab.add_argument("--per-class", type=int, default=40, help="questions per class (default: 40)")
+    ab.add_argument("--seed", type=int, default=2026)
+    ab.add_argument(
+        "--generators",
+        default=f"extractive,{DEFAULT_LLM}",
+        help=f"comma-separated generators (default: extractive,{DEFAULT_LLM})",
+    )
+    ab.add_argument(
+        "--include-calibration-sample",
+        action="store_true",
+        help="allow questions of the calibration sample (excluded by default)",
+    )
+    _common(ab, "runs/eval-abstention")
+    ab.set_defaults(func=cmd_abstention)
+
+    rt = ev_sub.add_parser("retrieval", help="nDCG@10, recall@10/100 on a BEIR folder, bi-encoder vs reranked")
+    rt.add_argument("--beir", default=f"{DATA}/scifact", help="BEIR folder (corpus.jsonl.gz, queries, qrels/)")
+    rt.add_argument("--split", default="test", help="qrels split (default: test)")
+    rt.add_argument("--queries", type=int, default=0, help="sample this many queries (default 0: all)")
+    rt.add_argument("--seed", type=int, default=2026)
+    rt.add_argument("--depth", type=int, default=100, help="documents reranked per query (default: 100)")
+    _common(rt, "runs/eval-retrieval")
+    rt.set_defaults(func=cmd_retrieval)
+
+    be = subparsers.add_parser("bench", help="stage latency P50/P95/P100, CRAG on vs off, and LLM-judge cost")
+    be.add_argument("--squad", default=f"{DATA}/squad2-dev", help="SQuAD v2 JSON file or folder (the corpus)")
+    be.add_argument("--off-corpus", default=f"{DATA}/train/squad11-train", help="off-corpus SQuAD JSON")
+    be.add_argument("--per-class", type=int, default=20, help="questions per class (default: 20)")
+    be.add_argument("--seed", type=int, default=7)
+    be.add_argument("--llm", default=DEFAULT_LLM, help=f"generator and judge model (default: {DEFAULT_LLM})")
+    be.add_argument(
+        "--judge-questions",
+        type=int,
+        default=6,
+        help="questions whose candidates the LLM judge grades, one call per chunk (default: 6)",
+    )
+    be.add_argument("--warmup", type=int, default=3, help="untimed warm-up questions (default: 3)")
+    be.add_argument("--budget-ms", type=float, default=200.0, help="retrieval latency budget (default: 200)")
+    _common(be, "runs/bench")
+    be.set_defaults(func=cmd_bench)

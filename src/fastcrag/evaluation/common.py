@@ -1,0 +1,134 @@
+"""Shared pieces of the evaluation commands: question sets, a memoising grader wrapper, run metadata."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from fastcrag.calibrate import build_corpus_store
+from fastcrag.config.calibration import Calibration
+from fastcrag.datasets import (
+    LabelledQuestion,
+    off_corpus_questions,
+    read_squad,
+    sample,
+    squad_corpus_and_questions,
+)
+from fastcrag.reranker import Reranker
+from fastcrag.store import FaissStore
+
+_CALIBRATION_SAMPLE = re.compile(r"(\d+) questions per class, seed (\d+)")
+
+
+def question_id(q: LabelledQuestion) -> str:
+    """A stable id for a labelled question (class, paragraph and text)."""
+    return hashlib.sha256(f"{q.kind}\x1f{q.source}\x1f{q.question}".encode()).hexdigest()[:12]
+
+
+def calibration_sample(calibration: Calibration) -> tuple[int, int] | None:
+    """(per_class, seed) of the questions `fastcrag calibrate` used, read from the calibration's notes."""
+    m = _CALIBRATION_SAMPLE.search(calibration.data or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def question_pools(squad: Path, off_corpus: Path) -> tuple[list[Any], dict[str, list[LabelledQuestion]]]:
+    """The corpus paragraphs of `squad`, and its questions by class (off-corpus ones from other articles)."""
+    docs, questions = squad_corpus_and_questions(read_squad(squad))
+    titles = {q.title for q in questions}
+    pools = {
+        "answerable": [q for q in questions if q.kind == "answerable"],
+        "unanswerable": [q for q in questions if q.kind == "unanswerable"],
+        "off_corpus": off_corpus_questions(read_squad(off_corpus), titles),
+    }
+    return docs, pools
+
+
+def select_questions(
+    pools: dict[str, list[LabelledQuestion]],
+    per_class: int,
+    seed: int,
+    exclude: tuple[int, int] | None = None,
+) -> list[LabelledQuestion]:
+    """A seeded sample of `per_class` questions of each class, interleaved by class.
+
+    Args:
+        pools: Questions by class, in the order `fastcrag calibrate` samples them.
+        per_class: Questions per class.
+        seed: Sampling seed (class i uses seed + i).
+        exclude: (per_class, seed) of the calibration sample; those questions are left out (held-out eval).
+    """
+    held: set[str] = set()
+    if exclude is not None:
+        n, s = exclude
+        held = {question_id(q) for i, qs in enumerate(pools.values()) for q in sample(qs, n, s + i)}
+    chosen = [
+        sample([q for q in qs if question_id(q) not in held], per_class, seed + i)
+        for i, qs in enumerate(pools.values())
+    ]
+    out = []
+    for i in range(max((len(c) for c in chosen), default=0)):
+        out += [c[i] for c in chosen if i < len(c)]
+    return out
+
+
+def squad_store(docs: list[Any], chunk_tokens: int, chunk_overlap: int) -> FaissStore:
+    """The in-memory FAISS store over the SQuAD paragraphs, chunked as `fastcrag index` chunks."""
+    return build_corpus_store(docs, chunk_tokens, chunk_overlap)
+
+
+class CachingReranker:
+    """Wraps a grader and memoises its scores, so that variants of one question share the scoring work.
+
+    Only for quality runs: a latency benchmark must use the plain grader.
+    """
+
+    def __init__(self, inner: Reranker, max_items: int = 200_000) -> None:
+        """Wrap `inner`; its `name` is kept, so the calibration check still applies."""
+        self.inner = inner
+        self.name = inner.name
+        self.max_items = max_items
+        self._cache: OrderedDict[tuple[str, str], float] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def score(self, query: str, texts: Sequence[str]) -> list[float]:
+        """Scores for (query, text) pairs, computing only those not seen before."""
+        with self._lock:
+            known = {t: self._cache[(query, t)] for t in texts if (query, t) in self._cache}
+        missing = list(dict.fromkeys(t for t in texts if t not in known))
+        if missing:
+            fresh = [float(s) for s in self.inner.score(query, missing)]
+            if len(fresh) != len(missing):
+                return fresh  # let the caller's validation report the broken grader
+            known.update(zip(missing, fresh, strict=True))
+            with self._lock:
+                for t, s in zip(missing, fresh, strict=True):
+                    self._cache[(query, t)] = s
+                while len(self._cache) > self.max_items:
+                    self._cache.popitem(last=False)
+        return [known[t] for t in texts]
+
+
+def machine_note() -> str:
+    """CPU count and load average, for the report (this machine is shared with a training job)."""
+    try:
+        load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        load = "n/a"
+    cpus = os.cpu_count()
+    return f"{platform.machine()}, {cpus} CPU cores, load average {load}, Python {platform.python_version()}"
+
+
+def progress(total: int, initial: int, desc: str) -> Any:
+    """A tqdm progress bar on stderr."""
+    import sys
+
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=initial, desc=desc, unit="run", file=sys.stderr, dynamic_ncols=True)

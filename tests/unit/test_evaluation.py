@@ -1,0 +1,321 @@
+"""Unit tests of the evaluation package: scoring, metrics, percentiles, reports, resume (no models)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from fastcrag.datasets import LabelledQuestion
+from fastcrag.evaluation import report as rp
+from fastcrag.evaluation.abstention import AbstentionConfig, score_response, summaries, write_report
+from fastcrag.evaluation.bench import judge_cost, latency_table, retrieval_total, stage_values
+from fastcrag.evaluation.common import CachingReranker, calibration_sample, question_id, select_questions
+from fastcrag.evaluation.retrieval import doc_id, evaluate, rank_documents, read_qrels
+from fastcrag.evaluation.runlog import ConfigMismatchError, ResultLog, config_hash, write_text_atomic
+from fastcrag.evaluation.scoring import (
+    contains_gold,
+    is_abstention,
+    normalize_answer,
+    outcome_of,
+    precision_coverage,
+    summarize,
+    truthfulness,
+)
+
+# ---------------------------------------------------------------------------------------------- scoring
+
+
+def test_normalize_answer_is_squad_normalisation() -> None:
+    assert normalize_answer("The  Normans, in France!") == "normans in france"
+    assert normalize_answer("An apple a day") == "apple day"
+    assert normalize_answer("  ") == ""
+
+
+def test_contains_gold_on_word_boundaries() -> None:
+    assert contains_gold("It was founded in 1636 by the colony.", ["1636"])
+    assert contains_gold("The Normans came from Normandy.", ["the normans"])
+    assert not contains_gold("In 16360 years", ["1636"])
+    assert not contains_gold("anything", [""])
+
+
+def test_abstention_detection() -> None:
+    assert is_abstention("whatever", "abstain")
+    assert is_abstention("I don't know.", "disabled")
+    assert is_abstention("I do not know", "generate", abstain_message="I do not know")
+    assert is_abstention("", "generate")
+    assert not is_abstention("Rollo led them.", "generate")
+
+
+def test_outcomes_and_truthfulness() -> None:
+    assert outcome_of("Rollo", ["Rollo"], abstained=False) == "correct"
+    assert outcome_of("Charles", ["Rollo"], abstained=False) == "wrong"
+    assert outcome_of("I don't know.", ["Rollo"], abstained=True) == "abstained"
+    assert outcome_of("Something", [], abstained=False) == "wrong"  # unanswerable: any answer hallucinates
+    assert truthfulness(["correct", "abstained", "wrong", "correct"]) == pytest.approx(0.25)
+    assert math.isnan(truthfulness([]))
+
+
+def _rec(kind: str, outcome: str, action: str = "generate") -> dict[str, str]:
+    return {"kind": kind, "outcome": outcome, "action": action}
+
+
+def test_summarize_precision_recall_answer_rate() -> None:
+    records = [
+        _rec("answerable", "correct"),
+        _rec("answerable", "abstained", "abstain"),
+        _rec("answerable", "wrong"),
+        _rec("unanswerable", "abstained", "abstain"),
+        _rec("unanswerable", "wrong"),
+        _rec("off_corpus", "abstained", "abstain"),
+    ]
+    s = summarize(records)
+    assert (s.n, s.correct, s.wrong, s.abstained) == (6, 1, 2, 3)
+    assert s.truthfulness == pytest.approx(-1 / 6)
+    assert s.abstention_precision == pytest.approx(2 / 3)
+    assert s.abstention_recall == pytest.approx(2 / 3)
+    assert s.answer_rate == pytest.approx(0.5)
+    assert s.accuracy_answered == pytest.approx(1 / 3)
+    assert s.actions == {"generate": 3, "abstain": 3}
+    only_answerable = summarize([_rec("answerable", "correct")])
+    assert only_answerable.abstention_precision is None and only_answerable.abstention_recall is None
+
+
+def test_precision_coverage_sweep() -> None:
+    scores = [0.9, 0.8, 0.3, 0.2]
+    kinds = ["answerable", "unanswerable", "off_corpus", "answerable"]
+    rows = {t: (c, p, r) for t, c, p, r in precision_coverage(scores, kinds, [0.0, 0.5, 1.0])}
+    assert rows[0.0] == (1.0, None, 0.0)
+    assert rows[0.5] == (0.5, 0.5, 0.5)
+    assert rows[1.0] == (0.0, 0.5, 1.0)
+    full = precision_coverage(scores, kinds)
+    assert full[0][1] == 1.0 and full[-1][1] == 0.0
+
+
+def test_score_response_reads_the_trace() -> None:
+    result = {
+        "answer": "I don't know.",
+        "crag": {"action": "abstain", "band": "INCORRECT", "top_score": 0.1, "timings": {"retrieve_ms": 1.0}},
+    }
+    rec = score_response(result, "off_corpus", ["x"], "I don't know.")
+    assert rec["outcome"] == "abstained" and rec["band"] == "INCORRECT" and rec["top_score"] == 0.1
+    rec = score_response(
+        {"answer": "Rollo did.", "crag": {"action": "refine"}}, "answerable", ["Rollo"], "n/a"
+    )
+    assert rec["outcome"] == "correct" and rec["action"] == "refine"
+
+
+# ---------------------------------------------------------------------------------------------- reports
+
+
+def test_percentile_and_format() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert rp.percentile(values, 50) == pytest.approx(50.5)
+    assert rp.percentile(values, 100) == 100.0
+    assert rp.percentile([7.0], 95) == 7.0
+    assert math.isnan(rp.percentile([], 50))
+    assert rp.fmt(None) == "n/a" and rp.fmt(float("nan")) == "n/a" and rp.fmt(0.12345) == "0.123"
+
+
+def test_table_and_completion_note() -> None:
+    text = rp.table(["a", "b"], [[1, 0.5], ["x", None]])
+    assert text.splitlines() == ["| a | b |", "|---|---|", "| 1 | 0.500 |", "| x | n/a |"]
+    assert "complete (5 of 5" in rp.completion_note(5, 5)
+    assert "INCOMPLETE: 3 of 5" in rp.completion_note(3, 5)
+
+
+def test_latency_table_and_totals() -> None:
+    records = [
+        {"timings": {"retrieve_ms": 10.0, "rerank_ms": 20.0, "crag_ms": c, "generate_ms": 5.0}}
+        for c in (0.0, 0.0, 0.0, 300.0)
+    ]
+    vals = stage_values(records)
+    assert vals["retrieval_total_ms"] == [30.0, 30.0, 30.0, 330.0]
+    assert retrieval_total({"retrieve_ms": 1, "rerank_ms": 2, "crag_ms": 3}) == 6.0
+    text = latency_table({"off": vals})
+    assert "| crag_ms | off | 4 | 0.0 | 255.0 | 300.0 |" in text
+
+
+def test_judge_cost_ratio() -> None:
+    judged = [
+        {
+            "kind": "answerable",
+            "judge_ms": [100.0, 100.0],
+            "relevant": [True, False],
+            "verdicts": ["AMBIGUOUS", "INCORRECT"],
+            "gold": [True, False],
+        }
+    ]
+    timed = [
+        {"crag": False, "timings": {"rerank_ms": 19.0, "crag_ms": 1.0}},
+        {"crag": True, "timings": {"rerank_ms": 19.0, "crag_ms": 50.0}},
+    ]
+    cost = judge_cost(judged, timed)
+    assert cost["cost_ratio"] == pytest.approx(10.0)
+    assert cost["cost_ratio_vs_grade_only"] == pytest.approx(200.0)
+    assert cost["agreement_with_crag_verdicts"] == 1.0
+    assert cost["gold_judged_relevant"] == 1 and cost["gold_passing_crag_grade"] == 1
+    assert judge_cost([], timed) == {}
+
+
+def test_abstention_report_marks_partial_runs(tmp_path: Path) -> None:
+    cfg = AbstentionConfig(out=tmp_path, generators=["extractive"], per_class=2)
+    log = ResultLog(tmp_path / "results.jsonl", {"x": 1})
+    for i, (kind, outcome, crag) in enumerate(
+        [("answerable", "correct", True), ("off_corpus", "abstained", True), ("answerable", "correct", False)]
+    ):
+        log.add(
+            f"k{i}",
+            {
+                "qid": f"q{i % 2}",
+                "kind": kind,
+                "outcome": outcome,
+                "crag": crag,
+                "generator": "extractive",
+                "action": "generate",
+                "top_score": 0.2 + 0.3 * (i % 2),
+            },
+        )
+    text = write_report(cfg, log, 12, (0.4, 0.8), "fake-grader", "", 1.0)
+    assert "INCOMPLETE: 3 of 12" in text
+    assert (tmp_path / "score_distributions.png").stat().st_size > 0
+    assert (tmp_path / "precision_coverage.png").stat().st_size > 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["complete"] is False and summary["done"] == 3
+    sums = summaries(list(log.records.values()), ["extractive"])
+    assert sums["extractive / CRAG on"]["all"].n == 2
+
+
+def test_cdf_plot_writes_png(tmp_path: Path) -> None:
+    rp.plot_cdfs(
+        {"crag_ms": {"CRAG on": [0.1, 5.0, 200.0], "CRAG off": [0.1, 0.1, 0.2]}}, tmp_path / "cdf.png", "t"
+    )
+    assert (tmp_path / "cdf.png").read_bytes()[:4] == b"\x89PNG"
+
+
+# ---------------------------------------------------------------------------------------------- resume
+
+
+def test_result_log_resumes_and_ignores_torn_line(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    log = ResultLog(path, {"seed": 1})
+    log.add("a", {"v": 1})
+    log.add("b", {"v": 2})
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write('{"key": "c", "v"')  # interrupted mid-write
+    again = ResultLog(path, {"seed": 1})
+    assert set(again.records) == {"a", "b"} and "c" not in again and len(again) == 2
+    again.add("c", {"v": 3})
+    assert set(ResultLog(path, {"seed": 1}).records) == {"a", "b", "c"}
+
+
+def test_result_log_refuses_other_config_unless_fresh(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    ResultLog(path, {"seed": 1}).add("a", {"v": 1})
+    with pytest.raises(ConfigMismatchError):
+        ResultLog(path, {"seed": 2})
+    fresh = ResultLog(path, {"seed": 2}, fresh=True)
+    assert len(fresh) == 0
+    assert config_hash({"a": 1, "b": 2}) == config_hash({"b": 2, "a": 1})
+
+
+def test_atomic_write_leaves_no_temp_files(tmp_path: Path) -> None:
+    target = tmp_path / "sub" / "report.md"
+    write_text_atomic(target, "one")
+    write_text_atomic(target, "two")
+    assert target.read_text() == "two"
+    assert [p.name for p in target.parent.iterdir()] == ["report.md"]
+
+
+# ---------------------------------------------------------------------------------------------- selection
+
+
+def _q(kind: str, i: int) -> LabelledQuestion:
+    return LabelledQuestion(
+        f"question {kind} {i}?", kind, ("a",) if kind != "unanswerable" else (), f"T#{i}", "T"
+    )
+
+
+def test_select_questions_seeded_interleaved_and_held_out() -> None:
+    pools = {k: [_q(k, i) for i in range(30)] for k in ("answerable", "unanswerable", "off_corpus")}
+    a = select_questions(pools, 5, seed=3)
+    assert a == select_questions(pools, 5, seed=3)
+    assert [q.kind for q in a[:3]] == ["answerable", "unanswerable", "off_corpus"]
+    held = select_questions(pools, 10, seed=13)
+    chosen = select_questions(pools, 20, seed=3, exclude=(10, 13))
+    assert not {question_id(q) for q in held} & {question_id(q) for q in chosen}
+    assert len(chosen) == 60
+
+
+def test_calibration_sample_parsed() -> None:
+    from fastcrag.config.calibration import Calibration
+
+    cal = Calibration(
+        reranker_model="m",
+        reranker_threshold=0.2,
+        crag_upper=0.5,
+        data="squad2-dev ...; 200 questions per class, seed 13",
+    )
+    assert calibration_sample(cal) == (200, 13)
+    assert calibration_sample(cal.model_copy(update={"data": "other"})) is None
+
+
+class _CountingReranker:
+    name = "counting"
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+
+    def score(self, query: str, texts: list[str]) -> list[float]:
+        self.calls.append(len(texts))
+        return [len(t) / 10 for t in texts]
+
+
+def test_caching_reranker_scores_each_pair_once() -> None:
+    inner = _CountingReranker()
+    cached = CachingReranker(inner)
+    assert cached.name == "counting"
+    assert cached.score("q", ["ab", "abc"]) == [0.2, 0.3]
+    assert cached.score("q", ["abc", "abcd", "abcd"]) == [0.3, 0.4, 0.4]
+    assert inner.calls == [2, 1]
+
+
+# ---------------------------------------------------------------------------------------------- retrieval
+
+
+def test_rank_documents_and_ir_measures(tmp_path: Path) -> None:
+    hits = [("d1", "t1", 0.9), ("d2", "t2", 0.8), ("d1", "t1b", 0.7), ("d3", "t3", 0.6)]
+    bi, rr = rank_documents(hits, [0.1, 0.2, 0.3], depth=2)  # the hits of d1 and d2 are reranked
+    assert list(bi) == ["d1", "d2", "d3"]
+    assert sorted(rr, key=lambda d: rr[d], reverse=True) == ["d1", "d2", "d3"]
+    bi2, rr2 = rank_documents(hits, [0.1, 0.9, 0.05], depth=2)
+    assert sorted(rr2, key=lambda d: rr2[d], reverse=True) == ["d2", "d1", "d3"]
+    qrels_file = tmp_path / "test.tsv"
+    qrels_file.write_text("query-id\tcorpus-id\tscore\nq1\td2\t1\n", encoding="utf-8")
+    qrels = read_qrels(qrels_file)
+    assert qrels == {"q1": {"d2": 1}}
+    m_bi = evaluate(qrels, {"q1": bi2})
+    m_rr = evaluate(qrels, {"q1": rr2})
+    assert m_rr["nDCG@10"] == pytest.approx(1.0)
+    assert m_bi["nDCG@10"] == pytest.approx(1 / math.log2(3))
+    assert m_bi["R@10"] == m_rr["R@100"] == 1.0
+    assert doc_id("corpus.jsonl.gz#4983") == "4983"
+
+
+# ---------------------------------------------------------------------------------------------- cli
+
+
+def test_add_commands_wires_subcommands() -> None:
+    from fastcrag.evaluation.cli import add_commands
+
+    parser = argparse.ArgumentParser(prog="fastcrag")
+    add_commands(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["eval", "abstention", "--per-class", "5", "--generators", "extractive"])
+    assert args.per_class == 5 and args.generators == "extractive" and callable(args.func)
+    args = parser.parse_args(["eval", "retrieval", "--queries", "10"])
+    assert args.queries == 10 and args.out == "runs/eval-retrieval"
+    args = parser.parse_args(["bench", "--judge-questions", "2"])
+    assert args.judge_questions == 2 and args.out == "runs/bench" and callable(args.func)

@@ -1,0 +1,147 @@
+"""FAISS store persistence, incremental indexing, loaders and chunking (a hash embedder stands in for the model)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from fakes import HashEmbeddings
+from fastcrag.indexing import build_index
+from fastcrag.loaders import SourceDocument, load_documents, python_reference
+from fastcrag.store import FaissStore, IndexLoadError
+from fastcrag.text import chunk_text, count_tokens, split_sentences
+
+DOCS = [
+    SourceDocument("a", "A", "The Eiffel Tower is in Paris. It opened in 1889."),
+    SourceDocument("b", "B", "Bananas are yellow. They grow in the tropics."),
+]
+
+
+def build(folder: Path, docs: list[SourceDocument]) -> object:
+    return build_index(docs, folder, embeddings=HashEmbeddings(), chunk_tokens=32, chunk_overlap=8, progress=False)
+
+
+def test_roundtrip_search(tmp_path: Path) -> None:
+    build(tmp_path, DOCS)
+    store = FaissStore.load(tmp_path, HashEmbeddings())
+    hits = store.similarity_search("eiffel tower paris", k=1)
+    assert hits[0].metadata["source"] == "a" and hits[0].metadata["chunk_id"]
+    assert "bi_score" in hits[0].metadata
+    assert not list(tmp_path.glob(".tmp-*")) and len(list(tmp_path.glob("v-*"))) == 1
+
+
+def test_rerun_adds_only_new_or_changed_documents(tmp_path: Path) -> None:
+    first = build(tmp_path, DOCS)
+    assert (first.documents_added, first.chunks_total) == (2, 2)
+    again = build(tmp_path, DOCS)
+    assert (
+        again.documents_added,
+        again.documents_changed,
+        again.documents_unchanged,
+        again.chunks_added,
+    ) == (0, 0, 2, 0)
+    changed = build(
+        tmp_path,
+        [DOCS[0], SourceDocument("b", "B", "Apples are red."), SourceDocument("c", "C", "Cats sleep a lot.")],
+    )
+    assert (changed.documents_added, changed.documents_changed, changed.documents_unchanged) == (1, 1, 1)
+    store = FaissStore.load(tmp_path, HashEmbeddings())
+    assert len(store) == 3 and all("Bananas" not in c["text"] for c in store.chunks)
+
+
+def test_duplicate_documents_are_indexed_once(tmp_path: Path) -> None:
+    report = build(tmp_path, [DOCS[0], SourceDocument("a-copy", "A", DOCS[0].text)])
+    assert report.chunks_total == 1
+
+
+def test_missing_truncated_and_out_of_step_indexes_are_clear_errors(tmp_path: Path) -> None:
+    with pytest.raises(IndexLoadError, match="no index"):
+        FaissStore.load(tmp_path / "missing", HashEmbeddings())
+    build(tmp_path, DOCS)
+    version = next(tmp_path.glob("v-*"))
+    chunks = (version / "chunks.jsonl").read_text()
+    (version / "chunks.jsonl").write_text(chunks.splitlines()[0] + "\n")
+    with pytest.raises(IndexLoadError, match="out of step"):
+        FaissStore.load(tmp_path, HashEmbeddings())
+    (version / "chunks.jsonl").write_text(chunks)
+    data = (version / "index.faiss").read_bytes()
+    (version / "index.faiss").write_bytes(data[: len(data) // 2])
+    with pytest.raises(IndexLoadError, match="damaged"):
+        FaissStore.load(tmp_path, HashEmbeddings())
+
+
+def test_interrupted_save_leaves_previous_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    build(tmp_path, DOCS)
+    import fastcrag.store as store_module
+
+    def boom(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(store_module.os, "replace", boom)  # killed before the pointer file is swapped
+    with pytest.raises(KeyboardInterrupt):
+        build(tmp_path, [SourceDocument("c", "C", "Cats sleep a lot.")])
+    monkeypatch.undo()
+    assert len(FaissStore.load(tmp_path, HashEmbeddings())) == 2
+
+
+def test_embedder_mismatch_is_refused(tmp_path: Path) -> None:
+    build(tmp_path, DOCS)
+    other = HashEmbeddings()
+    other.name = "other"  # type: ignore[misc]
+    with pytest.raises(IndexLoadError, match="embedder"):
+        FaissStore.load(tmp_path, other)
+
+
+def test_loaders_read_each_format(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("Plain text file.", encoding="utf-8")
+    (tmp_path / "b.md").write_text("# Title\n\nMarkdown body.", encoding="utf-8")
+    (tmp_path / "c.html").write_text("<html><script>evil()</script><p>Hello <b>web</b></p></html>")
+    (tmp_path / "d.txt").write_bytes(b"caf\xe9 latin-1")
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "skip.bin").write_bytes(b"\x00")
+    with gzip.open(tmp_path / "corpus.jsonl.gz", "wt") as fh:
+        fh.write(json.dumps({"_id": "7", "title": "T", "text": "Beir text."}) + "\nnot json\n")
+    docs = {d.source.rsplit("/", 1)[-1]: d for d in load_documents([tmp_path])}
+    assert set(docs) == {"a.txt", "b.md", "c.html", "d.txt", "corpus.jsonl.gz#7"}
+    assert "evil" not in docs["c.html"].text and "Hello" in docs["c.html"].text
+    assert "caf\ufffd" in docs["d.txt"].text
+    assert docs["corpus.jsonl.gz#7"].text.startswith("T")
+    with pytest.raises(FileNotFoundError):
+        list(load_documents([tmp_path / "nope"]))
+
+
+def test_pdf_loader(tmp_path: Path) -> None:
+    from pypdf import PdfWriter
+
+    writer = PdfWriter()
+    writer.add_blank_page(72, 72)
+    with open(tmp_path / "blank.pdf", "wb") as fh:
+        writer.write(fh)
+    assert list(load_documents([tmp_path / "blank.pdf"])) == []  # no text: skipped, no crash
+
+
+def test_python_reference_is_embedded() -> None:
+    docs = list(python_reference())
+    assert len(docs) > 50 and any(d.source == "pydoc:with" for d in docs)
+
+
+def test_sentence_strips() -> None:
+    text = "Dr. Smith arrived on Jan. 5. He left, e.g. at noon! Did he?\n\nNew block here"
+    assert split_sentences(text) == [
+        "Dr. Smith arrived on Jan. 5.",
+        "He left, e.g. at noon!",
+        "Did he?",
+        "New block here",
+    ]
+
+
+@pytest.mark.parametrize(("size", "overlap"), [(16, 4), (32, 8), (64, 0)])
+def test_chunks_respect_the_token_budget(size: int, overlap: int) -> None:
+    text = " ".join(f"Sentence number {i} says something about topic {i}." for i in range(60)) + " " + "x" * 400
+    chunks = chunk_text(text, size, overlap)
+    assert all(n <= size for n in count_tokens(chunks))
+    joined = " ".join(chunks)
+    assert all(f"number {i} " in joined for i in range(60))
