@@ -108,6 +108,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     graph = build_graph(settings=_settings(args))
     graph.parts.warm_up()  # type: ignore[attr-defined]  # load errors are reported plainly, timings are warm
     result = graph.invoke({"question": args.question})
+    result.pop("messages", None)
     print(json.dumps(result, ensure_ascii=False, indent=2) if args.json else format_result(result))
     return 0
 

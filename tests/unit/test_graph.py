@@ -274,3 +274,27 @@ def test_async_invoke_and_streamed_band_event() -> None:
     assert custom[0]["band"] == "CORRECT" and custom[0]["top_score"] == pytest.approx(0.9)
     nodes = [next(iter(e)) for mode, e in events if mode == "updates"]
     assert nodes == ["retrieve", "grade", "generate"]
+
+
+def test_subgraph_of_a_messages_state_parent() -> None:
+    from langchain_core.messages import HumanMessage
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    crag, *_ = make({"Eiffel": 0.9})
+    parent = StateGraph(MessagesState)
+    parent.add_node("crag", crag)
+    parent.add_edge(START, "crag")
+    out = parent.compile().invoke({"messages": [HumanMessage("Where is the Eiffel Tower?")]})
+    assert [m.type for m in out["messages"]] == ["human", "ai"]
+    assert out["messages"][-1].content == "The answer is 42."
+    crag, *_ = make({})
+    parent = StateGraph(MessagesState)
+    parent.add_node("crag", crag)
+    parent.add_edge(START, "crag")
+    out = parent.compile().invoke({"messages": [HumanMessage("Who won the world cup?")]})
+    assert out["messages"][-1].content == "I don't know."
+
+
+def test_question_input_returns_no_messages() -> None:
+    graph, *_ = make({"Eiffel": 0.9})
+    assert not graph.invoke({"question": "Where is the Eiffel Tower?"}).get("messages")

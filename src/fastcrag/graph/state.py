@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypedDict
+from typing import Annotated, Any, Literal, TypedDict
+
+from langchain_core.messages import AIMessage, AnyMessage
+from langgraph.graph.message import add_messages
 
 Band = Literal["CORRECT", "AMBIGUOUS", "INCORRECT"]
 Action = Literal["generate", "refine", "rewrite", "abstain", "disabled"]
@@ -36,14 +39,17 @@ class Citation(TypedDict):
     score: float
 
 
-class InputState(TypedDict):
-    """What a caller sends."""
+class InputState(TypedDict, total=False):
+    """What a caller sends: a `question`, or chat `messages` whose last human message is the question."""
 
     question: str
+    messages: Annotated[list[AnyMessage], add_messages]
 
 
 class OutputState(TypedDict, total=False):
-    """What a caller gets back: the same fields as `fastcrag ask --json`."""
+    """What a caller gets back: the same fields as `fastcrag ask --json` (and the AI reply, for chat input)."""
+
+    messages: Annotated[list[AnyMessage], add_messages]
 
     answer: str
     citations: list[Citation]
@@ -64,6 +70,19 @@ class State(InputState, OutputState, total=False):
     strips_kept: int | None
     failure: str | None
     timings: dict[str, float]
+
+
+def question_of(state: State) -> str:
+    """The question: the last chat message when it is a human one, else the `question` field."""
+    messages = state.get("messages") or []
+    if messages and messages[-1].type == "human":
+        return str(messages[-1].text if hasattr(messages[-1], "text") else messages[-1].content)
+    return str(state.get("question") or "")
+
+
+def reply(state: State, answer: str) -> dict[str, Any]:
+    """The AI message to append when the question came as chat messages (nothing otherwise)."""
+    return {"messages": [AIMessage(content=answer)]} if state.get("messages") else {}
 
 
 def add_time(state: State, stage: str, ms: float) -> dict[str, float]:

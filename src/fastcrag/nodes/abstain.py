@@ -9,7 +9,7 @@ from langgraph.runtime import Runtime
 from fastcrag import metrics
 from fastcrag.components import Components
 from fastcrag.config.settings import Context
-from fastcrag.graph.state import State, trace
+from fastcrag.graph.state import State, reply, trace
 from fastcrag.nodes import Node
 from fastcrag.nodes.generate import trace_extra
 
@@ -26,6 +26,7 @@ def make(parts: Components) -> Node:
         timings = dict(state.get("timings") or {})
         metrics.record("abstain", timings)
         return {
+            **reply(state, message),
             "answer": message,
             "citations": [],
             "crag": trace(state, "abstain", timings, trace_extra(parts, state)),

@@ -10,7 +10,7 @@ from langgraph.runtime import Runtime
 from fastcrag import metrics
 from fastcrag.components import Components
 from fastcrag.config.settings import Context
-from fastcrag.graph.state import Action, Citation, State, add_time, trace
+from fastcrag.graph.state import Action, Citation, State, add_time, reply, trace
 from fastcrag.nodes import Node
 
 
@@ -64,6 +64,7 @@ def make(parts: Components) -> Node:
             "citations": citations,
             "timings": timings,
             "crag": trace({**state, "timings": timings}, action, timings, trace_extra(parts, state)),
+            **reply(state, answer.text.strip()),
         }
 
     return generate

@@ -10,7 +10,7 @@ from langgraph.runtime import Runtime
 
 from fastcrag.components import Components
 from fastcrag.config.settings import Context
-from fastcrag.graph.state import Candidate, State, add_time
+from fastcrag.graph.state import Candidate, State, add_time, question_of
 from fastcrag.nodes import Node
 from fastcrag.reranker import checked_scores
 from fastcrag.text import clean_text
@@ -43,7 +43,8 @@ def make(parts: Components) -> Node:
                 "timings": {},
             }
         timings_state: State = {**state, **update}  # type: ignore[typeddict-item]
-        question = clean_text(str(state.get("question") or "")).strip()
+        question = clean_text(question_of(state)).strip()
+        update["question"] = question
         limit = parts.settings.max_question_chars
         if not question:
             return update | {"failure": "the question is empty"}
