@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from conftest import SHARED_DATA
 from fastcrag import build_graph
 from fastcrag.config.settings import Context, Settings
+
+from conftest import SHARED_DATA
 
 pytestmark = pytest.mark.integration
 

@@ -102,9 +102,7 @@ def test_score_response_reads_the_trace() -> None:
     }
     rec = score_response(result, "off_corpus", ["x"], "I don't know.")
     assert rec["outcome"] == "abstained" and rec["band"] == "INCORRECT" and rec["top_score"] == 0.1
-    rec = score_response(
-        {"answer": "Rollo did.", "crag": {"action": "refine"}}, "answerable", ["Rollo"], "n/a"
-    )
+    rec = score_response({"answer": "Rollo did.", "crag": {"action": "refine"}}, "answerable", ["Rollo"], "n/a")
     assert rec["outcome"] == "correct" and rec["action"] == "refine"
 
 
@@ -190,9 +188,7 @@ def test_abstention_report_marks_partial_runs(tmp_path: Path) -> None:
 
 
 def test_cdf_plot_writes_png(tmp_path: Path) -> None:
-    rp.plot_cdfs(
-        {"crag_ms": {"CRAG on": [0.1, 5.0, 200.0], "CRAG off": [0.1, 0.1, 0.2]}}, tmp_path / "cdf.png", "t"
-    )
+    rp.plot_cdfs({"crag_ms": {"CRAG on": [0.1, 5.0, 200.0], "CRAG off": [0.1, 0.1, 0.2]}}, tmp_path / "cdf.png", "t")
     assert (tmp_path / "cdf.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -234,9 +230,7 @@ def test_atomic_write_leaves_no_temp_files(tmp_path: Path) -> None:
 
 
 def _q(kind: str, i: int) -> LabelledQuestion:
-    return LabelledQuestion(
-        f"question {kind} {i}?", kind, ("a",) if kind != "unanswerable" else (), f"T#{i}", "T"
-    )
+    return LabelledQuestion(f"question {kind} {i}?", kind, ("a",) if kind != "unanswerable" else (), f"T#{i}", "T")
 
 
 def test_select_questions_seeded_interleaved_and_held_out() -> None:

@@ -10,12 +10,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fakes import CALIBRATION, FakeChat, HashEmbeddings, ListRetriever, ScriptedReranker, doc
 from fastcrag import build_graph
 from fastcrag.config.settings import Settings
 from fastcrag.indexing import build_index
 from fastcrag.loaders import SourceDocument, load_documents
 from fastcrag.text import chunk_text, clean_text, split_sentences
+
+from fakes import CALIBRATION, FakeChat, HashEmbeddings, ListRetriever, ScriptedReranker, doc
 
 GOOD = "The Eiffel Tower is in Paris. It was completed in 1889."
 

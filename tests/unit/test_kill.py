@@ -9,11 +9,11 @@ import sys
 import time
 from pathlib import Path
 
-from fakes import HashEmbeddings
-
 from fastcrag.indexing import build_index
 from fastcrag.loaders import SourceDocument
 from fastcrag.store import FaissStore
+
+from fakes import HashEmbeddings
 
 BUILDER = """
 import sys

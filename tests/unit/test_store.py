@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from fakes import HashEmbeddings
 from fastcrag.indexing import build_index
 from fastcrag.loaders import SourceDocument, load_documents, python_reference
 from fastcrag.store import FaissStore, IndexLoadError
 from fastcrag.text import chunk_text, count_tokens, split_sentences
+
+from fakes import HashEmbeddings
 
 DOCS = [
     SourceDocument("a", "A", "The Eiffel Tower is in Paris. It opened in 1889."),

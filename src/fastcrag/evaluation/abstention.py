@@ -19,6 +19,7 @@ from fastcrag.evaluation.common import (
     question_id,
     question_pools,
     select_questions,
+    set_threads,
     squad_store,
 )
 from fastcrag.evaluation.runlog import ResultLog, write_text_atomic
@@ -46,6 +47,7 @@ class AbstentionConfig:
     out: Path = Path("runs/eval-abstention")
     fresh: bool = False
     exclude_calibration: bool = True
+    threads: int = 1
 
 
 def variant_name(generator: str, crag: bool) -> str:
@@ -80,6 +82,7 @@ def run(cfg: AbstentionConfig, settings: Settings) -> int:
     from fastcrag.graph.builder import build_graph
     from fastcrag.reranker import default_reranker_spec, load_reranker
 
+    set_threads(cfg.threads)
     docs, pools = question_pools(cfg.squad, cfg.off_corpus)
     grader = CachingReranker(load_reranker(settings.reranker or default_reranker_spec()))
     calibration = load_calibration(settings.calibration, expected_model=grader.name)  # refuses another grader
@@ -113,6 +116,8 @@ def run(cfg: AbstentionConfig, settings: Settings) -> int:
             graphs = {
                 g: build_graph(retriever=store, reranker=grader, llm=g, settings=settings) for g in cfg.generators
             }
+            for graph in graphs.values():
+                set_threads(cfg.threads, graph)
             bar = progress(len(jobs), len(jobs) - len(todo), "eval abstention")
             with bar:
                 for q, g, crag in todo:
@@ -238,14 +243,14 @@ def class_table(sums: Mapping[str, Mapping[str, Summary]]) -> str:
 
 
 def action_table(sums: Mapping[str, Mapping[str, Summary]]) -> str:
-    """Action mix per variant and class."""
+    """Final action per variant and class; a rewrite whose retry still grades INCORRECT ends in `abstain`."""
     actions = ("generate", "refine", "rewrite", "abstain", "disabled")
     rows = []
     for variant, per in sums.items():
         for cls in (*CLASSES, "all"):
             s = per[cls]
-            rows.append([variant, cls, s.n, *[s.actions.get(a, 0) for a in actions]])
-    return rp.table(["variant", "class", "n", *actions], rows)
+            rows.append([variant, cls, s.n, *[s.actions.get(a, 0) for a in actions], s.rewrites_tried])
+    return rp.table(["variant", "class", "n", *actions, "rewrites tried"], rows)
 
 
 def write_report(

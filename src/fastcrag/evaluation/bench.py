@@ -22,6 +22,7 @@ from fastcrag.evaluation.common import (
     question_id,
     question_pools,
     select_questions,
+    set_threads,
     squad_store,
 )
 from fastcrag.evaluation.runlog import ResultLog, write_text_atomic
@@ -54,11 +55,12 @@ class BenchConfig:
     per_class: int = 20
     seed: int = 7
     llm: str = DEFAULT_LLM
-    judge_questions: int = 6
+    judge_questions: int = 3
     warmup: int = 3
     budget_ms: float = 200.0
     out: Path = Path("runs/bench")
     fresh: bool = False
+    threads: int = 1
 
 
 def retrieval_total(timings: Mapping[str, float]) -> float:
@@ -149,6 +151,7 @@ def run(cfg: BenchConfig, settings: Settings) -> int:
     from fastcrag.graph.builder import build_graph
     from fastcrag.reranker import default_reranker_spec, load_reranker
 
+    set_threads(cfg.threads)
     docs, pools = question_pools(cfg.squad, cfg.off_corpus)
     grader = load_reranker(settings.reranker or default_reranker_spec())
     calibration = load_calibration(settings.calibration, expected_model=grader.name)
@@ -163,6 +166,7 @@ def run(cfg: BenchConfig, settings: Settings) -> int:
         "per_class": cfg.per_class,
         "seed": cfg.seed,
         "llm": cfg.llm,
+        "threads": cfg.threads,
         "judge_questions": len(judged_q),
         "reranker": grader.name,
         "thresholds": calibration.thresholds(),
@@ -183,6 +187,7 @@ def run(cfg: BenchConfig, settings: Settings) -> int:
             store = squad_store(docs, settings.chunk_tokens, settings.chunk_overlap)
             graph = build_graph(retriever=store, reranker=grader, llm=cfg.llm, settings=settings)
             parts = graph.parts  # type: ignore[attr-defined]
+            set_threads(cfg.threads, graph)
             parts.warm_up()
             warm = select_questions(pools, 1, cfg.seed + 100)[: cfg.warmup]
             for q in warm:  # untimed: first-call costs (thread pools, llama.cpp context) stay out of the figures
@@ -329,7 +334,7 @@ def write_report(
         "",
         f"- Questions: {cfg.per_class} per class (answerable, unanswerable, off-corpus) from `{cfg.squad}` / "
         f"`{cfg.off_corpus}`, seed {cfg.seed}; each runs with CRAG on and off on the same compiled graph "
-        f"(order alternating); {cfg.warmup} untimed warm-up questions.",
+        f"(order alternating); {cfg.warmup} untimed warm-up questions; {cfg.threads} CPU thread(s) per model.",
         f"- Grader: `{grader}` (reranker_threshold {lower:.4f}, crag_upper {upper:.4f}); "
         f"generator `{cfg.llm}`. "
         f"Config hash `{log.hash}`.",
@@ -370,9 +375,9 @@ def write_report(
             ),
             "",
             f"Grader cost ratio (LLM judge / (rerank + grade), per question, P50): "
-            f"**{cost['cost_ratio']:.0f}x**; "
+            f"**{cost['cost_ratio']:,.0f}x**; "
             f"against the grade node alone (the reranking is paid for ranking anyway): "
-            f"{cost['cost_ratio_vs_grade_only']:.0f}x.",
+            f"{cost['cost_ratio_vs_grade_only']:,.0f}x.",
             "",
             f"Judge agreement with the CRAG verdicts (relevant = not INCORRECT): "
             f"{cost['agreement_with_crag_verdicts']:.1%}; judged relevant: "

@@ -48,6 +48,7 @@ def cmd_abstention(args: argparse.Namespace) -> int:
         generators=[g.strip() for g in args.generators.split(",") if g.strip()],
         out=Path(args.out),
         fresh=args.fresh,
+        threads=args.threads,
         exclude_calibration=not args.include_calibration_sample,
     )
     _check_paths(cfg.squad, cfg.off_corpus)
@@ -71,6 +72,7 @@ def cmd_retrieval(args: argparse.Namespace) -> int:
         depth=args.depth,
         out=Path(args.out),
         fresh=args.fresh,
+        threads=args.threads,
     )
     _check_paths(cfg.beir)
     code = run(cfg, _settings(args))
@@ -94,6 +96,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         budget_ms=args.budget_ms,
         out=Path(args.out),
         fresh=args.fresh,
+        threads=args.threads,
     )
     _check_paths(cfg.squad, cfg.off_corpus)
     code = run(cfg, _settings(args))
@@ -103,6 +106,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def _common(p: argparse.ArgumentParser, out: str) -> None:
     p.add_argument("--out", default=out, help=f"output folder (default: {out})")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="CPU threads per model (default: 1; oversubscribed threads spin on a shared machine; 0: library default)",
+    )
     p.add_argument("--fresh", action="store_true", help="discard earlier results in --out instead of resuming")
     p.add_argument("--reranker", help="grader folder, model name or `bi-encoder` (default: FASTRAG_RERANKER)")
     p.add_argument("--calibration", help="calibration.json (default: FASTRAG_CALIBRATION, else the packaged one)")
@@ -153,8 +162,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     be.add_argument(
         "--judge-questions",
         type=int,
-        default=6,
-        help="questions whose candidates the LLM judge grades, one call per chunk (default: 6)",
+        default=3,
+        help="questions whose candidates the LLM judge grades, one call per chunk (default: 3)",
     )
     be.add_argument("--warmup", type=int, default=3, help="untimed warm-up questions (default: 3)")
     be.add_argument("--budget-ms", type=float, default=200.0, help="retrieval latency budget (default: 200)")

@@ -125,6 +125,25 @@ def machine_note() -> str:
     return f"{platform.machine()}, {cpus} CPU cores, load average {load}, Python {platform.python_version()}"
 
 
+def set_threads(threads: int, graph: Any = None) -> None:
+    """Limit torch (and the graph's llama.cpp generator, when it has one) to `threads` CPU threads.
+
+    On a machine shared with other jobs, oversubscribed intra-op threads spin against each other: one thread
+    per model is several times faster there than one per core.
+    """
+    if threads < 1:
+        return
+    import torch
+
+    torch.set_num_threads(threads)
+    if graph is not None:
+        from fastcrag.generation import ChatGenerator
+
+        generator = graph.parts.generator()
+        if isinstance(generator, ChatGenerator) and hasattr(generator.llm, "n_threads"):
+            generator.llm.n_threads = threads  # read when llama.cpp loads, on first use
+
+
 def progress(total: int, initial: int, desc: str) -> Any:
     """A tqdm progress bar on stderr."""
     import sys

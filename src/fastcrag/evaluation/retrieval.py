@@ -14,7 +14,7 @@ from pathlib import Path
 
 from fastcrag.config.settings import Settings
 from fastcrag.evaluation import report as rp
-from fastcrag.evaluation.common import machine_note, progress
+from fastcrag.evaluation.common import machine_note, progress, set_threads
 from fastcrag.evaluation.runlog import ResultLog, write_text_atomic
 from fastcrag.reranker import checked_scores
 
@@ -34,6 +34,7 @@ class RetrievalConfig:
     depth: int = 100
     out: Path = Path("runs/eval-retrieval")
     fresh: bool = False
+    threads: int = 1
 
 
 def read_qrels(path: Path) -> dict[str, dict[str, int]]:
@@ -119,6 +120,7 @@ def run(cfg: RetrievalConfig, settings: Settings) -> int:
     from fastcrag.loaders import load_documents
     from fastcrag.reranker import default_reranker_spec, load_reranker
 
+    set_threads(cfg.threads)
     qrels = read_qrels(_find(cfg.beir / "qrels", f"{cfg.split}.tsv"))
     texts = read_queries(_find(cfg.beir, "queries.jsonl", "queries.jsonl.gz"))
     qids = sorted(q for q in qrels if q in texts)

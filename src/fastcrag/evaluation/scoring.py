@@ -84,6 +84,7 @@ class Summary:
     abstention_precision: float | None
     abstention_recall: float | None
     actions: dict[str, int] = field(default_factory=dict)
+    rewrites_tried: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """Plain-dict form for JSON."""
@@ -96,7 +97,7 @@ def should_abstain(kind: str) -> bool:
 
 
 def summarize(records: Sequence[Mapping[str, Any]]) -> Summary:
-    """Summarise records carrying `kind`, `outcome` and `action`.
+    """Summarise records carrying `kind`, `outcome`, `action` (and `rewritten_query` when a rewrite ran).
 
     Abstention precision: the share of abstentions that fell on questions that should be declined;
     abstention recall: the share of those questions that were declined. Either is None when undefined.
@@ -118,6 +119,7 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> Summary:
         abstention_precision=_ratio(sum(should_abstain(str(r["kind"])) for r in abstained), len(abstained)),
         abstention_recall=_ratio(sum(r["outcome"] == "abstained" for r in should), len(should)),
         actions={a: actions[a] for a in ACTIONS if actions[a]},
+        rewrites_tried=sum(bool(r.get("rewritten_query")) for r in records),
     )
 
 

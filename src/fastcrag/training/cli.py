@@ -39,6 +39,7 @@ def _train(args: argparse.Namespace) -> int:
         max_minutes=args.max_minutes,
         max_pairs=args.max_pairs,
         threads=args.threads,
+        freeze_embeddings=not args.train_embeddings,
         include_scifact_train=not args.no_scifact_train,
         pool=pool,
     )
@@ -105,6 +106,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     t.add_argument("--max-minutes", type=float, default=0.0, help="checkpoint and stop after this long (0: none)")
     t.add_argument("--max-pairs", type=int, default=0, help="cap the training pairs (0: all)")
     t.add_argument("--threads", type=int, default=2)
+    t.add_argument("--train-embeddings", action="store_true", help="also update the word-embedding matrix")
     t.add_argument("--squad-questions", type=int, default=15000)
     t.add_argument("--selqa-questions", type=int, default=1500)
     t.add_argument("--medquad-questions", type=int, default=3000)
