@@ -144,6 +144,15 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_reliability(args: argparse.Namespace) -> int:
+    """Print the reliability report; non-zero exit when anything failed."""
+    from fastcrag.reliability import run_report
+
+    report = run_report(args.runs, args.clients, args.memory_runs, args.kills, args.seed, args.server)
+    print(report.render())
+    return 1 if report.failures else 0
+
+
 def parser() -> argparse.ArgumentParser:
     """The argument parser."""
     p = argparse.ArgumentParser(prog="fastcrag", description=__doc__)
@@ -179,6 +188,15 @@ def parser() -> argparse.ArgumentParser:
     cal.add_argument("--target-precision", type=float, default=0.9, help="abstention precision to reach")
     cal.add_argument("--tolerance", type=float, default=0.1, help="share of refinements allowed to matter")
     cal.set_defaults(func=cmd_calibrate)
+
+    rel = sub.add_parser("reliability", help="inject faults, bad input, load and kills; print the report")
+    rel.add_argument("--runs", type=int, default=50, help="runs under load")
+    rel.add_argument("--clients", type=int, default=10, help="concurrent clients")
+    rel.add_argument("--memory-runs", type=int, default=200, help="sequential runs for the RSS check")
+    rel.add_argument("--kills", type=int, default=4, help="index builds killed with SIGKILL")
+    rel.add_argument("--seed", type=int, default=7)
+    rel.add_argument("--server", help="run the load against this LangGraph server URL instead of in-process")
+    rel.set_defaults(func=cmd_reliability)
 
     try:
         from fastcrag.training.cli import add_commands
