@@ -313,3 +313,20 @@ def test_add_commands_wires_subcommands() -> None:
     assert args.queries == 10 and args.out == "runs/eval-retrieval"
     args = parser.parse_args(["bench", "--judge-questions", "2"])
     assert args.judge_questions == 2 and args.out == "runs/bench" and callable(args.func)
+
+
+def test_results_page_stitches_reports(tmp_path: Path) -> None:
+    from fastcrag.evaluation.results import compose, demote, write_results
+
+    assert demote("# A\n## B\ntext #1") == "## A\n### B\ntext #1"
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "report.md").write_text(
+        "# Bench\n\nStatus: complete.\n\n## Stage\n\n![cdf](latency_cdf.png)\n"
+    )
+    text = compose(tmp_path, ["fastcrag bench"], "Preface.")
+    assert "## Latency and grader cost" in text and "### Stage" in text and "# Bench" not in text
+    assert f"plot `{tmp_path}/bench/latency_cdf.png`" in text
+    assert "_No report at" in text and "Preface." in text and "fastcrag bench" in text
+    out = tmp_path / "docs" / "RESULTS.md"
+    write_results(tmp_path, out, ["x"])
+    assert out.read_text().startswith("# Results")

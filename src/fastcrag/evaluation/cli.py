@@ -70,6 +70,7 @@ def cmd_retrieval(args: argparse.Namespace) -> int:
         queries=args.queries,
         seed=args.seed,
         depth=args.depth,
+        index_cache=None if args.no_index_cache else Path(args.index_cache),
         out=Path(args.out),
         fresh=args.fresh,
         threads=args.threads,
@@ -102,6 +103,25 @@ def cmd_bench(args: argparse.Namespace) -> int:
     code = run(cfg, _settings(args))
     print((cfg.out / "report.md").read_text(encoding="utf-8"))
     return code
+
+
+DEFAULT_COMMANDS = [
+    "export HF_HUB_OFFLINE=1",
+    "fastcrag eval abstention     # -> runs/eval-abstention/",
+    "fastcrag eval retrieval      # -> runs/eval-retrieval/",
+    "fastcrag bench               # -> runs/bench/",
+    "fastcrag eval results        # -> docs/RESULTS.md",
+]
+
+
+def cmd_results(args: argparse.Namespace) -> int:
+    """Run `fastcrag eval results`."""
+    from fastcrag.evaluation.results import write_results
+
+    preface = Path(args.preface).read_text(encoding="utf-8") if args.preface else ""
+    write_results(Path(args.runs), Path(args.out), DEFAULT_COMMANDS, preface)
+    print(f"{args.out}: written from the reports under {args.runs}")
+    return 0
 
 
 def _common(p: argparse.ArgumentParser, out: str) -> None:
@@ -150,8 +170,20 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     rt.add_argument("--queries", type=int, default=0, help="sample this many queries (default 0: all)")
     rt.add_argument("--seed", type=int, default=2026)
     rt.add_argument("--depth", type=int, default=100, help="documents reranked per query (default: 100)")
+    rt.add_argument(
+        "--index-cache",
+        default="~/.cache/fastcrag/eval-index",
+        help="folder for the embedded corpus index, reused across runs (default: ~/.cache/fastcrag/eval-index)",
+    )
+    rt.add_argument("--no-index-cache", action="store_true", help="embed the corpus afresh, keep nothing")
     _common(rt, "runs/eval-retrieval")
     rt.set_defaults(func=cmd_retrieval)
+
+    rs = ev_sub.add_parser("results", help="stitch the three reports into one Results page")
+    rs.add_argument("--runs", default="runs", help="folder holding eval-abstention/, eval-retrieval/, bench/")
+    rs.add_argument("--out", default="docs/RESULTS.md", help="page to write (default: docs/RESULTS.md)")
+    rs.add_argument("--preface", help="Markdown file whose text opens the page (e.g. a summary)")
+    rs.set_defaults(func=cmd_results)
 
     be = subparsers.add_parser("bench", help="stage latency P50/P95/P100, CRAG on vs off, and LLM-judge cost")
     be.add_argument("--squad", default=f"{DATA}/squad2-dev", help="SQuAD v2 JSON file or folder (the corpus)")
@@ -169,3 +201,21 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     be.add_argument("--budget-ms", type=float, default=200.0, help="retrieval latency budget (default: 200)")
     _common(be, "runs/bench")
     be.set_defaults(func=cmd_bench)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Stand-alone entry point (`python -m fastcrag.evaluation.cli ...`), the same commands as `fastcrag`."""
+    import sys
+
+    parser = argparse.ArgumentParser(prog="fastcrag", description=__doc__)
+    add_commands(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        print("fastcrag: interrupted (rerun the same command to resume)", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

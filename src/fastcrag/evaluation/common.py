@@ -83,6 +83,46 @@ def squad_store(docs: list[Any], chunk_tokens: int, chunk_overlap: int) -> Faiss
     return build_corpus_store(docs, chunk_tokens, chunk_overlap)
 
 
+DEFAULT_INDEX_CACHE = Path("~/.cache/fastcrag/eval-index")
+
+
+def cached_corpus_store(
+    corpus: Path, load_docs: Any, chunk_tokens: int, chunk_overlap: int, cache: Path | None
+) -> tuple[FaissStore, bool]:
+    """The FAISS store over a corpus file, reused from `cache` when built before with the same inputs.
+
+    The cache lives outside the project (default `~/.cache/fastcrag/eval-index`); its key covers the corpus
+    file (path, size, mtime), the chunking and the embedder. Returns (store, whether it came from the cache).
+    """
+    from fastcrag.embeddings import default_embeddings
+    from fastcrag.evaluation.runlog import config_hash
+    from fastcrag.store import IndexLoadError
+
+    embeddings = default_embeddings()
+    folder = None
+    if cache is not None:
+        st = corpus.stat()
+        key = config_hash(
+            {
+                "corpus": str(corpus.resolve()),
+                "size": st.st_size,
+                "mtime": st.st_mtime_ns,
+                "chunk_tokens": chunk_tokens,
+                "chunk_overlap": chunk_overlap,
+                "embedder": getattr(embeddings, "name", ""),
+            }
+        )
+        folder = cache.expanduser() / f"{corpus.name}-{key}"
+        try:
+            return FaissStore.load(folder, embeddings), True
+        except IndexLoadError:
+            pass
+    store = build_corpus_store(list(load_docs()), chunk_tokens, chunk_overlap)
+    if folder is not None:
+        store.save(folder, {"source": str(corpus)})
+    return store, False
+
+
 class CachingReranker:
     """Wraps a grader and memoises its scores, so that variants of one question share the scoring work.
 

@@ -127,6 +127,7 @@ def plot_cdfs(series: Mapping[str, Mapping[str, Sequence[float]]], path: Path, t
     for ax in list(axes.flat)[len(stages) :]:
         ax.axis("off")
     fig.suptitle(title)
+    fig.tight_layout(rect=(0, 0, 1, 0.96))
     save_figure(fig, path)
 
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, TypedDict
+from typing import Annotated, Any, Literal
 
 from langchain_core.messages import AIMessage, AnyMessage
 from langgraph.graph.message import add_messages
+from typing_extensions import TypedDict  # pydantic (server schemas) needs it on Python < 3.12
 
 Band = Literal["CORRECT", "AMBIGUOUS", "INCORRECT"]
 Action = Literal["generate", "refine", "rewrite", "abstain", "disabled"]

@@ -274,11 +274,12 @@ def quality_benchmark(
 def print_table(table: dict[str, dict[str, float]], cols: Sequence[str]) -> None:
     """Print a measures x columns table in Markdown; '-' where a column does not apply."""
     width = max(len(r) for r in table)
+    w = {c: max(len(c), 5) for c in cols}
     print()
-    print("| " + "measure".ljust(width) + " | " + " | ".join(cols) + " |")
-    print("|" + "-" * (width + 2) + "|" + "|".join("-" * (len(c) + 2) for c in cols) + "|")
+    print("| " + "measure".ljust(width) + " | " + " | ".join(c.rjust(w[c]) for c in cols) + " |")
+    print("|" + "-" * (width + 2) + "|" + "|".join("-" * (w[c] + 2) for c in cols) + "|")
     for r, vals in table.items():
-        cells = [f"{vals[c]:.3f}".rjust(len(c)) if c in vals else "-".rjust(len(c)) for c in cols]
+        cells = [f"{vals[c]:.3f}".rjust(w[c]) if c in vals else "-".rjust(w[c]) for c in cols]
         print("| " + r.ljust(width) + " | " + " | ".join(cells) + " |")
     print()
 

@@ -1,0 +1,50 @@
+"""`fastcrag eval results`: stitch the three reports into one Results page (docs/RESULTS.md)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from fastcrag.evaluation.runlog import write_text_atomic
+
+REPORTS = (
+    ("eval-abstention", "Abstention and truthfulness: CRAG on vs off"),
+    ("eval-retrieval", "Retrieval quality"),
+    ("bench", "Latency and grader cost"),
+)
+_IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)]+)\)")
+
+
+def demote(markdown: str, levels: int = 1) -> str:
+    """Push every ATX heading down `levels` levels (`#` becomes `##`)."""
+    return re.sub(r"^(#+) ", lambda m: "#" * (len(m.group(1)) + levels) + " ", markdown, flags=re.MULTILINE)
+
+
+def relink_images(markdown: str, folder: str) -> str:
+    """Image references become links to the PNGs in the run folder (runs/ is not committed)."""
+    return _IMAGE.sub(lambda m: f"plot `{folder}/{m.group(2)}`", markdown)
+
+
+def compose(runs: Path, commands: list[str], preface: str = "") -> str:
+    """The Results page: how to reproduce, then each report found under `runs`, demoted one heading level."""
+    lines = ["# Results", ""]
+    if preface:
+        lines += [preface.strip(), ""]
+    lines += ["Reproduce (from the repository root, data in `../shared/data`):", "", "```bash"]
+    lines += [*commands, "```", ""]
+    for folder, title in REPORTS:
+        path = runs / folder / "report.md"
+        lines += [f"## {title}", ""]
+        if not path.is_file():
+            lines += [f"_No report at `{path}`._", ""]
+            continue
+        body = path.read_text(encoding="utf-8").split("\n", 1)[1]  # the report's own title is replaced
+        lines += [relink_images(demote(body, 1), str(runs / folder)).strip(), ""]
+    return "\n".join(lines)
+
+
+def write_results(runs: Path, out: Path, commands: list[str], preface: str = "") -> str:
+    """Compose the page and write it atomically to `out`."""
+    text = compose(runs, commands, preface)
+    write_text_atomic(out, text)
+    return text

@@ -1,0 +1,310 @@
+"""`langgraph dev` serving the `crag` graph offline: assistants, schemas, /runs/wait, /runs/stream, /metrics, console.
+
+The server runs as a subprocess on a free loopback port (killed at the end), with the real default graph and
+`FASTRAG_LLM=extractive` to keep it fast, CLI analytics and tracing off, and without `--allow-blocking`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+OFFLINE_ENV = {
+    "LANGGRAPH_CLI_NO_ANALYTICS": "1",
+    "LANGSMITH_TRACING": "false",
+    "LANGCHAIN_TRACING_V2": "false",
+    "LANGSMITH_API_KEY": "",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "FASTRAG_LLM": "extractive",
+}
+QUESTIONS = [
+    "How does the with statement work?",
+    "What is a generator function?",
+    "What does the global statement do?",
+    "How is a class definition executed?",
+    "What does the nonlocal statement do?",
+    "How does the try statement handle exceptions?",
+    "What is a lambda expression?",
+    "How are decorators applied to a function definition?",
+    "What does the assert statement do?",
+    "How does the import statement find modules?",
+    "What does the del statement do?",
+    "What is an assignment expression?",
+    "How does slicing work on sequences?",
+    "What does the is operator compare?",
+    "How do boolean operations evaluate their operands?",
+    "What does the yield expression return?",
+    "What is the async for statement?",
+    "What does the await expression do?",
+    "How does the for statement iterate?",
+    "What does the return statement do?",
+]
+OFF_CORPUS = "Who won the 2018 FIFA World Cup?"
+OUTPUT_KEYS = {"answer", "citations", "crag"}
+CRAG_KEYS = {
+    "action",
+    "band",
+    "top_score",
+    "strips_kept",
+    "rewritten_query",
+    "verdicts",
+    "timings",
+    "failure",
+    "reranker",
+    "thresholds",
+}
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def langgraph_command() -> list[str]:
+    exe = Path(sys.executable).parent / "langgraph"
+    if exe.exists():
+        return [str(exe)]
+    found = shutil.which("langgraph")
+    if found:
+        return [found]
+    return [sys.executable, "-m", "langgraph_cli"]
+
+
+class Server:
+    """A running `langgraph dev` subprocess."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], url: str, log: Path, start_s: float) -> None:
+        self.proc = proc
+        self.url = url
+        self.log = log
+        self.start_s = start_s
+        self.client = httpx.Client(base_url=url, timeout=300.0)
+
+    def log_text(self) -> str:
+        return self.log.read_text(encoding="utf-8", errors="replace")
+
+    def assistant_id(self) -> str:
+        found = self.client.post("/assistants/search", json={"graph_id": "crag", "limit": 10}).json()
+        assert found, "no assistant for graph `crag`"
+        return str(found[0]["assistant_id"])
+
+    def wait(self, question: str, context: dict[str, Any] | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"assistant_id": "crag", "input": {"question": question}}
+        if context:
+            body["context"] = context
+        resp = self.client.post("/runs/wait", json=body)
+        assert resp.status_code == 200, resp.text
+        out = resp.json()
+        assert "__error__" not in out, out
+        return out  # type: ignore[no-any-return]
+
+
+@contextlib.contextmanager
+def run_server(log_dir: Path, *, ready_timeout_s: float = 240.0) -> Iterator[Server]:
+    """Start `langgraph dev` in the repository root on a free loopback port; yield once /ok answers; kill it."""
+    port = free_port()
+    log = log_dir / f"langgraph-dev-{port}.log"
+    state_dir = ROOT / ".langgraph_api"
+    had_state = state_dir.exists()
+    env = {**os.environ, **OFFLINE_ENV}
+    cmd = [*langgraph_command(), "dev", "--host", "127.0.0.1", "--port", str(port), "--no-browser", "--no-reload"]
+    started = time.perf_counter()
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = started + ready_timeout_s
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"langgraph dev exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/ok", timeout=2.0).status_code == 200:
+                    break
+            if time.perf_counter() > deadline:
+                pytest.fail(f"langgraph dev not ready after {ready_timeout_s:.0f} s:\n{log.read_text()[-4000:]}")
+            time.sleep(0.25)
+        server = Server(proc, url, log, time.perf_counter() - started)
+        yield server
+        server.client.close()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=20)
+        if not had_state:
+            shutil.rmtree(state_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    with run_server(tmp_path_factory.mktemp("server")) as s:
+        first = time.perf_counter()
+        s.wait(QUESTIONS[0])  # the first run loads the models (in a worker thread, off the event loop)
+        s.first_answer_s = time.perf_counter() - first  # type: ignore[attr-defined]
+        yield s
+
+
+def report(capsys: pytest.CaptureFixture[str], line: str) -> None:
+    with capsys.disabled():
+        print(f"\n[fastcrag server] {line}")
+
+
+def test_server_starts_offline_without_allow_blocking(server: Server, capsys: pytest.CaptureFixture[str]) -> None:
+    report(
+        capsys,
+        f"start to /ok: {server.start_s:.2f} s; first answer (models load): {server.first_answer_s:.2f} s",  # type: ignore[attr-defined]
+    )
+    info = server.client.get("/info").json()
+    assert "version" in info
+    log = server.log_text()
+    assert "allow-blocking" not in log  # blockbuster is on
+    assert "BlockingError" not in log and "Blocking call" not in log
+    assert "Failed to load graph" not in log
+
+
+def test_assistant_schemas_are_the_narrow_ones(server: Server) -> None:
+    schemas = server.client.get(f"/assistants/{server.assistant_id()}/schemas").json()
+    assert schemas["graph_id"] == "crag"
+    assert schemas["input_schema"] is not None, "input schema missing (see the server log's schema warning)"
+    assert set(schemas["input_schema"]["properties"]) == {"question", "messages"}
+    assert schemas["output_schema"] is not None, "output schema missing (see the server log's schema warning)"
+    assert set(schemas["output_schema"]["properties"]) == {"messages", *OUTPUT_KEYS}
+    context = schemas["context_schema"]["properties"]
+    assert {"reranker_threshold", "crag_upper", "crag_enabled", "crag_max_rewrites", "top_n"} <= set(context)
+    assert "Failed to get input schema" not in server.log_text()
+    assert "Failed to get output schema" not in server.log_text()
+
+
+def test_runs_wait_answers_with_the_trace(server: Server) -> None:
+    out = server.wait("How does the with statement work?")
+    assert OUTPUT_KEYS <= set(out)
+    assert out["answer"] and out["answer"] != "I don't know."
+    assert out["citations"] and all(c["source"].startswith("pydoc:") for c in out["citations"])
+    crag = out["crag"]
+    assert set(crag) == CRAG_KEYS
+    assert crag["action"] in {"generate", "refine"} and crag["band"] in {"CORRECT", "AMBIGUOUS"}
+    thresholds = crag["thresholds"]
+    assert 0 <= thresholds["reranker_threshold"] <= thresholds["crag_upper"] <= 1
+    scores = [v["score"] for v in crag["verdicts"]]
+    assert scores == sorted(scores, reverse=True) and crag["top_score"] == pytest.approx(scores[0])
+    assert set(crag["timings"]) == {"retrieve_ms", "rerank_ms", "crag_ms", "generate_ms"}
+
+
+def test_runs_wait_abstains_off_corpus_and_takes_context(server: Server) -> None:
+    out = server.wait(OFF_CORPUS)
+    assert out["answer"] == "I don't know." and out["citations"] == []
+    assert out["crag"]["action"] == "abstain" and out["crag"]["band"] == "INCORRECT"
+    tuned = server.wait("How does the with statement work?", context={"crag_enabled": False})
+    assert tuned["crag"]["action"] == "disabled"
+    raised = server.wait("How does the with statement work?", context={"reranker_threshold": 0.99, "crag_upper": 1.0})
+    assert raised["crag"]["action"] == "abstain"
+    assert raised["crag"]["thresholds"] is not None
+
+
+def sse_events(resp: httpx.Response) -> Iterator[tuple[str, Any]]:
+    event, data = "", []
+    for line in resp.iter_lines():
+        if line.startswith("event:"):
+            event = line.removeprefix("event:").strip()
+        elif line.startswith("data:"):
+            data.append(line.removeprefix("data:").strip())
+        elif not line and event:
+            yield event, json.loads("\n".join(data)) if data else None
+            event, data = "", []
+
+
+def test_runs_stream_shows_nodes_and_the_graded_event(server: Server) -> None:
+    body = {
+        "assistant_id": "crag",
+        "input": {"question": "What is a generator function?"},
+        "stream_mode": ["updates", "custom", "values"],
+    }
+    with server.client.stream("POST", "/runs/stream", json=body) as resp:
+        assert resp.status_code == 200
+        events = list(sse_events(resp))
+    kinds = [e for e, _ in events]
+    assert kinds[0] == "metadata" and "error" not in kinds, events[-3:]
+    nodes = [next(iter(d)) for e, d in events if e == "updates"]
+    assert nodes[:2] == ["retrieve", "grade"] and nodes[-1] in {"generate", "abstain"}
+    graded = [d for e, d in events if e == "custom"]
+    assert len(graded) == 1 and graded[0]["event"] == "graded"
+    assert graded[0]["band"] in {"CORRECT", "AMBIGUOUS", "INCORRECT"} and graded[0]["scores"]
+    assert kinds.index("custom") < max(i for i, k in enumerate(kinds) if k == "updates")  # before the answer
+    final = [d for e, d in events if e == "values"][-1]
+    assert final["answer"] and final["crag"]["band"] == graded[0]["band"]
+    assert final["crag"]["top_score"] == pytest.approx(graded[0]["top_score"], abs=1e-6)
+
+
+def test_metrics_count_actions_and_stage_latency(server: Server) -> None:
+    server.wait(OFF_CORPUS)
+    for path in ("/metrics", "/fastcrag/metrics"):
+        text = server.client.get(path).text
+        assert 'crag_actions_total{action="abstain"}' in text, path
+        assert 'fastcrag_stage_seconds_bucket{le="0.1",stage="retrieve"}' in text, path
+        assert 'fastcrag_stage_seconds_count{stage="generate"}' in text, path
+    answered = sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in server.client.get("/metrics").text.splitlines()
+        if line.startswith("crag_actions_total{")
+    )
+    assert answered >= 3
+
+
+def test_console_page_and_assets_are_served(server: Server) -> None:
+    page = server.client.get("/console")
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+    assert '<script src="/console/console.js">' in page.text and "://" not in page.text  # nothing external
+    js = server.client.get("/console/console.js")
+    assert js.status_code == 200 and "/runs/wait" in js.text and "javascript" in js.headers["content-type"]
+    assert server.client.get("/console/console.css").status_code == 200
+    assert server.client.get("/console/..%2Fpyproject.toml").status_code == 404
+    assert server.client.get("/fastcrag/health").json() == {"status": "ok"}
+
+
+def test_runs_wait_latency_against_in_process(server: Server, capsys: pytest.CaptureFixture[str]) -> None:
+    from fastcrag import build_graph
+    from fastcrag.config.settings import Settings
+
+    graph = build_graph(settings=Settings(llm="extractive"))
+    graph.parts.warm_up()  # type: ignore[attr-defined]
+    graph.invoke({"question": QUESTIONS[0]})
+    server_ms, local_ms = [], []
+    for q in QUESTIONS:  # interleaved, so that both see the same machine load
+        t = time.perf_counter()
+        out = server.wait(q)
+        server_ms.append((time.perf_counter() - t) * 1000)
+        assert out["crag"]["action"] in {"generate", "refine", "rewrite", "abstain"}
+        t = time.perf_counter()
+        local = graph.invoke({"question": q})
+        local_ms.append((time.perf_counter() - t) * 1000)
+        assert local["crag"]["action"] == out["crag"]["action"]  # same graph, same decision
+    p50_server, p50_local = statistics.median(server_ms), statistics.median(local_ms)
+    report(
+        capsys,
+        f"/runs/wait P50 {p50_server:.0f} ms vs in-process P50 {p50_local:.0f} ms over {len(QUESTIONS)} questions "
+        f"(overhead {p50_server - p50_local:+.0f} ms; server P90 {statistics.quantiles(server_ms, n=10)[-1]:.0f} ms)",
+    )
+    assert p50_server < 3 * p50_local + 1000  # the API adds transport and queueing, not another model pass
