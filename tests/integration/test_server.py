@@ -308,3 +308,16 @@ def test_runs_wait_latency_against_in_process(server: Server, capsys: pytest.Cap
         f"(overhead {p50_server - p50_local:+.0f} ms; server P90 {statistics.quantiles(server_ms, n=10)[-1]:.0f} ms)",
     )
     assert p50_server < 3 * p50_local + 1000  # the API adds transport and queueing, not another model pass
+
+
+def test_fifty_runs_from_ten_clients(server: Server, capsys: pytest.CaptureFixture[str]) -> None:
+    from fastcrag.reliability import Report, load, server_invoker
+
+    result = Report()
+    load(result, server_invoker(server.url), runs=50, clients=10, target=server.url)
+    report(
+        capsys,
+        f"load: 50 runs / 10 clients in {result.figures['load wall seconds']} s, failures {len(result.failures)}",
+    )
+    assert result.sections["runs under load"] == 50
+    assert result.failures == []
