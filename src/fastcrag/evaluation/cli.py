@@ -169,7 +169,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     rt.add_argument("--split", default="test", help="qrels split (default: test)")
     rt.add_argument("--queries", type=int, default=0, help="sample this many queries (default 0: all)")
     rt.add_argument("--seed", type=int, default=2026)
-    rt.add_argument("--depth", type=int, default=100, help="documents reranked per query (default: 100)")
+    rt.add_argument("--depth", type=int, default=30, help="documents reranked per query (default: 30)")
     rt.add_argument(
         "--index-cache",
         default="~/.cache/fastcrag/eval-index",
@@ -215,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("fastcrag: interrupted (rerun the same command to resume)", file=sys.stderr)
         return 130
+    except (ValueError, FileNotFoundError) as exc:  # bad options, data or calibration: one line, no traceback
+        print(f"fastcrag: error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
