@@ -1,4 +1,4 @@
-"""Command line: `fastcrag index`, `ask`, `calibrate` (and the grader's training and benchmark commands)."""
+"""Command line: index, ask, calibrate, reliability, and the grader and evaluation commands."""
 
 from __future__ import annotations
 
@@ -198,12 +198,11 @@ def parser() -> argparse.ArgumentParser:
     rel.add_argument("--server", help="run the load against this LangGraph server URL instead of in-process")
     rel.set_defaults(func=cmd_reliability)
 
-    try:
-        from fastcrag.training.cli import add_commands
-    except ImportError:
-        pass
-    else:
-        add_commands(sub)
+    from fastcrag.evaluation.cli import add_commands as add_evaluation
+    from fastcrag.training.cli import add_commands as add_training
+
+    add_training(sub)
+    add_evaluation(sub)
     return p
 
 

@@ -7,10 +7,11 @@ from pathlib import Path
 
 from fastcrag.evaluation.runlog import write_text_atomic
 
-REPORTS = (
-    ("eval-abstention", "Abstention and truthfulness: CRAG on vs off"),
-    ("eval-retrieval", "Retrieval quality"),
-    ("bench", "Latency and grader cost"),
+REPORTS = (  # (folder under runs/, section title, whether a missing report is worth a note)
+    ("eval-abstention", "Abstention and truthfulness: CRAG on vs off", True),
+    ("eval-abstention-bi-encoder", "Abstention with the bi-encoder stand-in grader (earlier calibration)", False),
+    ("eval-retrieval", "Retrieval quality", True),
+    ("bench", "Latency and grader cost", True),
 )
 _IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)]+)\)")
 
@@ -32,12 +33,12 @@ def compose(runs: Path, commands: list[str], preface: str = "") -> str:
         lines += [preface.strip(), ""]
     lines += ["Reproduce (from the repository root, data in `../shared/data`):", "", "```bash"]
     lines += [*commands, "```", ""]
-    for folder, title in REPORTS:
+    for folder, title, required in REPORTS:
         path = runs / folder / "report.md"
-        lines += [f"## {title}", ""]
         if not path.is_file():
-            lines += [f"_No report at `{path}`._", ""]
+            lines += [f"## {title}", "", f"_No report at `{path}`._", ""] if required else []
             continue
+        lines += [f"## {title}", ""]
         body = path.read_text(encoding="utf-8").split("\n", 1)[1]  # the report's own title is replaced
         lines += [relink_images(demote(body, 1), str(runs / folder)).strip(), ""]
     return "\n".join(lines)
