@@ -63,8 +63,10 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         report = build_index(python_reference(), Path(tmp), embeddings=embedder, progress=False)
-    print(f"index build (embedded corpus): {report.chunks_added} chunks in {report.seconds:.1f} s = "
-          f"{report.chunks_per_second:.1f} chunks/s")
+    print(
+        f"index build (embedded corpus): {report.chunks_added} chunks in {report.seconds:.1f} s = "
+        f"{report.chunks_per_second:.1f} chunks/s"
+    )
 
     ensure_default_index()
     settings = Settings(llm=args.llm) if args.llm else Settings()
@@ -80,7 +82,8 @@ def main() -> None:
             for stage, ms in timings.items():
                 stages.setdefault(stage, []).append(ms)
             stages.setdefault("retrieval_total_ms", []).append(
-                timings["retrieve_ms"] + timings["rerank_ms"] + timings["crag_ms"])
+                timings["retrieve_ms"] + timings["rerank_ms"] + timings["crag_ms"]
+            )
         p50 = "  ".join(f"{k}={statistics.median(v):.1f}" for k, v in stages.items())
         print(f"{label}: P50 over {len(QUESTIONS)} questions: {p50}")
         print(f"{label}: actions {dict(actions)}")

@@ -29,8 +29,9 @@ build_index(docs, Path({folder!r}), embeddings=HashEmbeddings(), batch_size=16, 
 
 def test_sigkill_during_builds_never_corrupts_the_index(tmp_path: Path) -> None:
     folder = tmp_path / "index"
-    build_index([SourceDocument("seed", "t", "The first version.")], folder, embeddings=HashEmbeddings(),
-                progress=False)
+    build_index(
+        [SourceDocument("seed", "t", "The first version.")], folder, embeddings=HashEmbeddings(), progress=False
+    )
     rng = random.Random(7)
     tests_dir = str(Path(__file__).resolve().parents[1])
     kills = 0
