@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
-import os
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,14 +11,9 @@ from typing import Any
 import numpy as np
 
 from fastcrag.config.calibration import Calibration
-from fastcrag.datasets import (
-    LabelledQuestion,
-    off_corpus_questions,
-    read_squad,
-    sample,
-    squad_corpus_and_questions,
-)
+from fastcrag.datasets import LabelledQuestion, question_pools, sample
 from fastcrag.embeddings import default_embeddings
+from fastcrag.fileio import write_json_atomic
 from fastcrag.reranker import Reranker, checked_scores
 from fastcrag.store import FaissStore
 from fastcrag.text import chunk_text, split_sentences
@@ -145,13 +137,7 @@ def calibrate(
     chunk_overlap: int = 24,
 ) -> Calibration:
     """Derive both thresholds and write them, with their provenance and figures, atomically to `out`."""
-    docs, questions = squad_corpus_and_questions(read_squad(squad))
-    titles = {q.title for q in questions}
-    pool = {
-        "answerable": [q for q in questions if q.kind == "answerable"],
-        "unanswerable": [q for q in questions if q.kind == "unanswerable"],
-        "off_corpus": off_corpus_questions(read_squad(off_corpus), titles),
-    }
+    docs, pool = question_pools(squad, off_corpus)
     chosen = [q for i, (kind, qs) in enumerate(pool.items()) for q in sample(qs, per_class, seed + i)]
     store = build_corpus_store(docs, chunk_tokens, chunk_overlap)
     obs = observe(store, reranker, chosen, top_k, refine_k)
@@ -185,19 +171,3 @@ def calibrate(
     )
     write_json_atomic(out, calibration.model_dump())
     return calibration
-
-
-def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
-    """Write JSON to a temporary file beside `path`, flush it, then rename it over `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(payload, fh, indent=2, ensure_ascii=False)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

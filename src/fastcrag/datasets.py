@@ -74,6 +74,18 @@ def off_corpus_questions(squad: dict[str, Any], exclude_titles: set[str]) -> lis
     ]
 
 
+def question_pools(squad: Path, off_corpus: Path) -> tuple[list[SourceDocument], dict[str, list[LabelledQuestion]]]:
+    """The corpus paragraphs of `squad`, and its questions by class (off-corpus ones from articles outside it)."""
+    docs, questions = squad_corpus_and_questions(read_squad(squad))
+    titles = {q.title for q in questions}
+    pools = {
+        "answerable": [q for q in questions if q.kind == "answerable"],
+        "unanswerable": [q for q in questions if q.kind == "unanswerable"],
+        "off_corpus": off_corpus_questions(read_squad(off_corpus), titles),
+    }
+    return docs, pools
+
+
 def sample(questions: list[LabelledQuestion], n: int, seed: int) -> list[LabelledQuestion]:
     """A seeded sample of at most `n` questions (order kept stable for a given seed)."""
     if n >= len(questions):

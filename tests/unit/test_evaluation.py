@@ -15,7 +15,8 @@ from fastcrag.evaluation.abstention import AbstentionConfig, score_response, sum
 from fastcrag.evaluation.bench import judge_cost, latency_table, retrieval_total, stage_values
 from fastcrag.evaluation.common import CachingReranker, calibration_sample, question_id, select_questions
 from fastcrag.evaluation.retrieval import doc_id, evaluate, rank_documents, read_qrels
-from fastcrag.evaluation.runlog import ConfigMismatchError, ResultLog, config_hash, write_text_atomic
+from fastcrag.evaluation.runlog import ConfigMismatchError, ResultLog, config_hash
+from fastcrag.fileio import write_text_atomic
 from fastcrag.evaluation.scoring import (
     contains_gold,
     is_abstention,

@@ -22,7 +22,7 @@ from pathlib import Path
 from fakes import HashEmbeddings
 from fastcrag.indexing import build_index
 from fastcrag.loaders import SourceDocument
-docs = (SourceDocument(f"doc-{{i}}", "t", f"Document {{i}} {run} talks about topic {{i}}. " * 40) for i in range(400))
+docs = (SourceDocument(f"doc-{{i}}", "t", f"Document {{i}} {run} talks about topic {{i}}. " * 40) for i in range(1500))
 build_index(docs, Path({folder!r}), embeddings=HashEmbeddings(), batch_size=16, progress=False)
 """
 
@@ -38,7 +38,7 @@ def test_sigkill_during_builds_never_corrupts_the_index(tmp_path: Path) -> None:
     for run in range(6):
         script = BUILDER.format(tests=tests_dir, folder=str(folder), run=run)
         proc = subprocess.Popen([sys.executable, "-c", script])
-        time.sleep(rng.uniform(0.5, 4.0))
+        time.sleep(rng.uniform(0.5, 3.0))
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
             kills += 1

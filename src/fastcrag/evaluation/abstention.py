@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from fastcrag.config.settings import DEFAULT_LLM, Context, Settings
+from fastcrag.datasets import question_pools
 from fastcrag.evaluation import report as rp
 from fastcrag.evaluation.common import (
     CachingReranker,
@@ -17,12 +18,11 @@ from fastcrag.evaluation.common import (
     machine_note,
     progress,
     question_id,
-    question_pools,
     select_questions,
     set_threads,
     squad_store,
 )
-from fastcrag.evaluation.runlog import ResultLog, write_text_atomic
+from fastcrag.evaluation.runlog import ResultLog
 from fastcrag.evaluation.scoring import (
     CLASSES,
     Summary,
@@ -31,6 +31,7 @@ from fastcrag.evaluation.scoring import (
     precision_coverage,
     summarize,
 )
+from fastcrag.fileio import write_text_atomic
 
 VERSION = 1
 
@@ -263,7 +264,7 @@ def write_report(
     seconds: float,
 ) -> str:
     """Write report.md, summary.json and the plots; return the report text."""
-    from fastcrag.calibrate import write_json_atomic
+    from fastcrag.fileio import write_json_atomic
 
     records = list(log.records.values())
     sums = summaries(records, cfg.generators)

@@ -14,18 +14,19 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from fastcrag.config.settings import DEFAULT_LLM, Context, Settings
+from fastcrag.datasets import question_pools
 from fastcrag.evaluation import report as rp
 from fastcrag.evaluation.common import (
     calibration_sample,
     machine_note,
     progress,
     question_id,
-    question_pools,
     select_questions,
     set_threads,
     squad_store,
 )
-from fastcrag.evaluation.runlog import ResultLog, write_text_atomic
+from fastcrag.evaluation.runlog import ResultLog
+from fastcrag.fileio import write_text_atomic
 
 VERSION = 1
 STAGES = ("retrieve_ms", "rerank_ms", "crag_ms", "generate_ms")
@@ -289,7 +290,7 @@ def write_report(
     seconds: float,
 ) -> str:
     """Write report.md, summary.json and latency_cdf.png; return the report text."""
-    from fastcrag.calibrate import write_json_atomic
+    from fastcrag.fileio import write_json_atomic
 
     timed = [r for r in log.records.values() if r.get("type") == "timed"]
     judged = [r for r in log.records.values() if r.get("type") == "judge"]

@@ -16,10 +16,7 @@ from fastcrag.calibrate import build_corpus_store
 from fastcrag.config.calibration import Calibration
 from fastcrag.datasets import (
     LabelledQuestion,
-    off_corpus_questions,
-    read_squad,
     sample,
-    squad_corpus_and_questions,
 )
 from fastcrag.reranker import Reranker
 from fastcrag.store import FaissStore
@@ -36,18 +33,6 @@ def calibration_sample(calibration: Calibration) -> tuple[int, int] | None:
     """(per_class, seed) of the questions `fastcrag calibrate` used, read from the calibration's notes."""
     m = _CALIBRATION_SAMPLE.search(calibration.data or "")
     return (int(m.group(1)), int(m.group(2))) if m else None
-
-
-def question_pools(squad: Path, off_corpus: Path) -> tuple[list[Any], dict[str, list[LabelledQuestion]]]:
-    """The corpus paragraphs of `squad`, and its questions by class (off-corpus ones from other articles)."""
-    docs, questions = squad_corpus_and_questions(read_squad(squad))
-    titles = {q.title for q in questions}
-    pools = {
-        "answerable": [q for q in questions if q.kind == "answerable"],
-        "unanswerable": [q for q in questions if q.kind == "unanswerable"],
-        "off_corpus": off_corpus_questions(read_squad(off_corpus), titles),
-    }
-    return docs, pools
 
 
 def select_questions(

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fastcrag.evaluation.runlog import write_bytes_atomic
+from fastcrag.fileio import write_bytes_atomic
 
 
 def percentile(values: Sequence[float], q: float) -> float:

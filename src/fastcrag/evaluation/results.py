@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from fastcrag.evaluation.runlog import write_text_atomic
+from fastcrag.fileio import write_text_atomic
 
 REPORTS = (  # (folder under runs/, section title, whether a missing report is worth a note)
     ("eval-abstention", "Abstention and truthfulness: CRAG on vs off", True),

@@ -15,7 +15,8 @@ from pathlib import Path
 from fastcrag.config.settings import Settings
 from fastcrag.evaluation import report as rp
 from fastcrag.evaluation.common import DEFAULT_INDEX_CACHE, cached_corpus_store, machine_note, progress, set_threads
-from fastcrag.evaluation.runlog import ResultLog, write_text_atomic
+from fastcrag.evaluation.runlog import ResultLog
+from fastcrag.fileio import write_text_atomic
 from fastcrag.reranker import checked_scores
 
 VERSION = 1
@@ -192,7 +193,7 @@ def write_report(
     index_note: str,
 ) -> str:
     """Write report.md, summary.json and metrics.png; return the report text."""
-    from fastcrag.calibrate import write_json_atomic
+    from fastcrag.fileio import write_json_atomic
 
     records = log.records
     systems: dict[str, dict[str, float]] = {}

@@ -5,10 +5,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from fastcrag.fileio import write_text_atomic
 
 
 class ConfigMismatchError(ValueError):
@@ -19,26 +20,6 @@ def config_hash(config: Mapping[str, Any]) -> str:
     """A short, stable hash of a JSON-serialisable configuration."""
     blob = json.dumps(config, sort_keys=True, ensure_ascii=True, default=str)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
-
-
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Write to a temporary file beside `path`, fsync it, then rename it over `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write UTF-8 text atomically (temporary file, then `os.replace`)."""
-    write_bytes_atomic(path, text.encode("utf-8"))
 
 
 class ResultLog:
