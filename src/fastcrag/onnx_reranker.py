@@ -38,7 +38,7 @@ class OnnxCrossEncoderReranker:
             path: The model folder.
             max_length: Token limit of a (query, text) pair; the folder's `max_length` (else 256) when None.
             batch_size: Pairs per ONNX Runtime call.
-            threads: Intra-op threads; `FASTCRAG_ORT_THREADS` or ONNX Runtime's default when None.
+            threads: Intra-op threads; `FASTRAG_ORT_THREADS` or ONNX Runtime's default when None.
             model_file: The ONNX file inside the folder.
         """
         self.path = Path(path)
@@ -49,7 +49,7 @@ class OnnxCrossEncoderReranker:
         self.name = str(meta.get("name", self.path.name))
         self.max_length = int(max_length or meta.get("max_length", DEFAULT_MAX_LENGTH))
         self.batch_size = batch_size
-        env_threads = os.environ.get("FASTCRAG_ORT_THREADS", "")
+        env_threads = os.environ.get("FASTRAG_ORT_THREADS", "")
         self.threads = threads if threads is not None else (int(env_threads) if env_threads.isdigit() else None)
         self.model_file = model_file
         self._session: Any = None

@@ -16,7 +16,6 @@ from fastcrag.evaluation.bench import judge_cost, latency_table, retrieval_total
 from fastcrag.evaluation.common import CachingReranker, calibration_sample, question_id, select_questions
 from fastcrag.evaluation.retrieval import doc_id, evaluate, rank_documents, read_qrels
 from fastcrag.evaluation.runlog import ConfigMismatchError, ResultLog, config_hash
-from fastcrag.fileio import write_text_atomic
 from fastcrag.evaluation.scoring import (
     contains_gold,
     is_abstention,
@@ -26,6 +25,7 @@ from fastcrag.evaluation.scoring import (
     summarize,
     truthfulness,
 )
+from fastcrag.fileio import write_text_atomic
 
 # ---------------------------------------------------------------------------------------------- scoring
 

@@ -146,7 +146,7 @@ def quality_benchmark(
     from fastcrag.reranker import default_reranker_spec, load_reranker
 
     torch.set_num_threads(threads)
-    os.environ.setdefault("FASTCRAG_ORT_THREADS", str(threads))
+    os.environ.setdefault("FASTRAG_ORT_THREADS", str(threads))
     specs = list(graders) or [default_reranker_spec()]
     rerankers = {spec: load_reranker(spec) for spec in specs}
     cols = ["bi-encoder", "BM25", *[r.name for r in rerankers.values()]]
