@@ -163,6 +163,7 @@ def test_context_overrides_thresholds_and_switches() -> None:
     assert graph.invoke({"question": "q"})["crag"]["action"] == "refine"
     out = graph.invoke({"question": "q"}, context=Context(crag_upper=0.45))
     assert out["crag"]["action"] == "generate"
+    assert out["crag"]["thresholds"] == {"reranker_threshold": LOWER, "crag_upper": 0.45}
     assert (
         graph.invoke({"question": "q"}, context={"reranker_threshold": 0.55, "crag_upper": 0.6})["crag"]["action"]
         == "abstain"

@@ -8,7 +8,7 @@ from langgraph.runtime import Runtime
 
 from fastcrag import metrics
 from fastcrag.components import Components
-from fastcrag.config.settings import Context
+from fastcrag.config.settings import Context, RunConfig
 from fastcrag.graph.state import State, reply, trace
 from fastcrag.nodes import Node
 from fastcrag.nodes.generate import trace_extra
@@ -19,17 +19,19 @@ def make(parts: Components) -> Node:
 
     def abstain(state: State, *, runtime: Runtime[Context]) -> dict[str, Any]:
         """Answer with the abstention message and no citations."""
+        cfg: RunConfig | None
         try:
-            message = parts.run_config(runtime.context).abstain_message
+            cfg = parts.run_config(runtime.context)
         except Exception:  # even with broken calibration or overrides, abstaining must succeed
-            message = parts.settings.abstain_message
+            cfg = None
+        message = cfg.abstain_message if cfg else parts.settings.abstain_message
         timings = dict(state.get("timings") or {})
         metrics.record("abstain", timings)
         return {
             **reply(state, message),
             "answer": message,
             "citations": [],
-            "crag": trace(state, "abstain", timings, trace_extra(parts, state)),
+            "crag": trace(state, "abstain", timings, trace_extra(parts, cfg)),
         }
 
     return abstain

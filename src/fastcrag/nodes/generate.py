@@ -9,7 +9,7 @@ from langgraph.runtime import Runtime
 
 from fastcrag import metrics
 from fastcrag.components import Components
-from fastcrag.config.settings import Context
+from fastcrag.config.settings import Context, RunConfig
 from fastcrag.graph.state import Action, Citation, State, add_time, reply, trace
 from fastcrag.nodes import Node
 
@@ -23,13 +23,14 @@ def action_of(state: State, crag_enabled: bool) -> Action:
     return "refine" if state.get("strips_kept") is not None else "generate"
 
 
-def trace_extra(parts: Components, state: State) -> dict[str, Any]:
-    """Trace fields naming the grader and the thresholds in force."""
+def trace_extra(parts: Components, cfg: RunConfig | None) -> dict[str, Any]:
+    """Trace fields naming the grader and the thresholds this run used (None where they could not be resolved)."""
     try:
-        lo, hi = parts.calibration().thresholds()
-        return {"reranker": parts.reranker().name, "thresholds": {"reranker_threshold": lo, "crag_upper": hi}}
+        name: str | None = parts.reranker().name
     except Exception:  # the failure itself is already in the trace
-        return {"reranker": None, "thresholds": None}
+        name = None
+    thresholds = {"reranker_threshold": cfg.reranker_threshold, "crag_upper": cfg.crag_upper} if cfg else None
+    return {"reranker": name, "thresholds": thresholds}
 
 
 def make(parts: Components) -> Node:
@@ -63,7 +64,7 @@ def make(parts: Components) -> Node:
             "answer": answer.text.strip(),
             "citations": citations,
             "timings": timings,
-            "crag": trace({**state, "timings": timings}, action, timings, trace_extra(parts, state)),
+            "crag": trace({**state, "timings": timings}, action, timings, trace_extra(parts, cfg)),
             **reply(state, answer.text.strip()),
         }
 
