@@ -12,7 +12,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from fastcrag import build_graph
 from fastcrag.config.settings import Context, Settings
 
-from fakes import CALIBRATION, FakeChat, ListRetriever, ScriptedReranker, doc
+from fakes import CALIBRATION, LOWER, FakeChat, ListRetriever, ScriptedReranker, doc
 
 GOOD = "The Eiffel Tower is in Paris. It was completed in 1889 for the World's Fair."
 MIXED = "Paris has many museums. The Eiffel Tower is 330 metres tall. Bread is sold daily."
