@@ -31,7 +31,6 @@ from fastcrag.evaluation.scoring import (
     precision_coverage,
     summarize,
 )
-from fastcrag.fileio import write_text_atomic
 
 VERSION = 1
 
@@ -264,8 +263,6 @@ def write_report(
     seconds: float,
 ) -> str:
     """Write report.md, summary.json and the plots; return the report text."""
-    from fastcrag.fileio import write_json_atomic
-
     records = list(log.records.values())
     sums = summaries(records, cfg.generators)
     lower, upper = thresholds
@@ -335,15 +332,5 @@ def write_report(
             f"questions, with abstention precision {rp.fmt(at[2])} and recall {rp.fmt(at[3])}."
         )
     text = "\n".join(lines) + "\n"
-    write_text_atomic(cfg.out / "report.md", text)
-    write_json_atomic(
-        cfg.out / "summary.json",
-        {
-            "complete": len(records) >= total,
-            "done": len(records),
-            "total": total,
-            "config_hash": log.hash,
-            "summaries": {v: {c: s.as_dict() for c, s in per.items()} for v, per in sums.items()},
-        },
-    )
-    return text
+    as_dicts = {v: {c: s.as_dict() for c, s in per.items()} for v, per in sums.items()}
+    return rp.write_run_files(cfg.out, text, done=len(records), total=total, config_hash=log.hash, summaries=as_dicts)

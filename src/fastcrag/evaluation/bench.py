@@ -26,7 +26,7 @@ from fastcrag.evaluation.common import (
     squad_store,
 )
 from fastcrag.evaluation.runlog import ResultLog
-from fastcrag.fileio import write_text_atomic
+from fastcrag.fileio import write_json_atomic, write_text_atomic
 
 VERSION = 1
 STAGES = ("retrieve_ms", "rerank_ms", "crag_ms", "generate_ms")
@@ -290,8 +290,6 @@ def write_report(
     seconds: float,
 ) -> str:
     """Write report.md, summary.json and latency_cdf.png; return the report text."""
-    from fastcrag.fileio import write_json_atomic
-
     timed = [r for r in log.records.values() if r.get("type") == "timed"]
     judged = [r for r in log.records.values() if r.get("type") == "judge"]
     by_variant = {

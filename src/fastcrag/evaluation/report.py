@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fastcrag.fileio import write_bytes_atomic
+from fastcrag.fileio import write_bytes_atomic, write_json_atomic, write_text_atomic
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -46,6 +46,14 @@ def completion_note(done: int, total: int) -> str:
     if done >= total:
         return f"Status: complete ({done} of {total} runs)."
     return f"Status: **INCOMPLETE: {done} of {total} runs done** (rerun the same command to resume)."
+
+
+def write_run_files(out: Path, text: str, *, done: int, total: int, config_hash: str, **results: Any) -> str:
+    """Write a command's report.md and summary.json (with how much of the run is done); return the text."""
+    write_text_atomic(out / "report.md", text)
+    summary = {"complete": done >= total, "done": done, "total": total, "config_hash": config_hash, **results}
+    write_json_atomic(out / "summary.json", summary)
+    return text
 
 
 def _pyplot() -> Any:

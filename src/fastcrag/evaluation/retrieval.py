@@ -16,7 +16,6 @@ from fastcrag.config.settings import Settings
 from fastcrag.evaluation import report as rp
 from fastcrag.evaluation.common import DEFAULT_INDEX_CACHE, cached_corpus_store, machine_note, progress, set_threads
 from fastcrag.evaluation.runlog import ResultLog
-from fastcrag.fileio import write_text_atomic
 from fastcrag.reranker import checked_scores
 
 VERSION = 1
@@ -193,8 +192,6 @@ def write_report(
     index_note: str,
 ) -> str:
     """Write report.md, summary.json and metrics.png; return the report text."""
-    from fastcrag.fileio import write_json_atomic
-
     records = log.records
     systems: dict[str, dict[str, float]] = {}
     if records:
@@ -229,15 +226,4 @@ def write_report(
         "![metrics](metrics.png)",
     ]
     text = "\n".join(lines) + "\n"
-    write_text_atomic(cfg.out / "report.md", text)
-    write_json_atomic(
-        cfg.out / "summary.json",
-        {
-            "complete": len(records) >= total,
-            "done": len(records),
-            "total": total,
-            "config_hash": log.hash,
-            "metrics": systems,
-        },
-    )
-    return text
+    return rp.write_run_files(cfg.out, text, done=len(records), total=total, config_hash=log.hash, metrics=systems)
