@@ -118,10 +118,48 @@ def _cached_embeddings(emb: Any, texts: list[str], cache: Path | None) -> Any:
     return vecs
 
 
+def _logit(p: Any) -> Any:
+    import numpy as np
+
+    q = np.clip(np.asarray(p, dtype=np.float64), 1e-6, 1 - 1e-6)
+    return np.log(q / (1 - q))
+
+
+def fit_fusion(reranker: Any, emb: Any, pairs_path: Path) -> tuple[float, float, float]:
+    """Fit sigmoid(a * logit(grader) + b * cosine + c) by logistic regression on labelled held-out pairs.
+
+    `pairs_path` is a training run's `pool/dev.jsonl` (documents never trained on); the cosine is the
+    bi-encoder's, which retrieval already computes. Returns (a, b, c).
+    """
+    import numpy as np
+    from sklearn.linear_model import LogisticRegression
+
+    from fastcrag.training.data import read_pairs
+
+    pairs = read_pairs(pairs_path)
+    ce = np.concatenate([reranker.score(p.question, [p.passage]) for p in pairs])
+    q = emb.encode([p.question for p in pairs])
+    d = emb.encode([p.passage for p in pairs])
+    x = np.stack([_logit(ce), (q * d).sum(axis=1)], axis=1)
+    y = np.asarray([p.label for p in pairs])
+    lr = LogisticRegression(C=10.0).fit(x, y)
+    a, b = (float(v) for v in lr.coef_[0])
+    return a, b, float(lr.intercept_[0])
+
+
+def fused(scores: Sequence[float], cosines: Sequence[float], w: tuple[float, float, float]) -> list[float]:
+    """The fused score of `fit_fusion`'s weights for grader scores and bi-encoder cosines."""
+    import numpy as np
+
+    z = w[0] * _logit(scores) + w[1] * np.asarray(cosines, dtype=np.float64) + w[2]
+    return [float(v) for v in 1 / (1 + np.exp(-z))]
+
+
 def quality_benchmark(
     graders: Sequence[str],
     data_root: Path,
     *,
+    fusion_pairs: Path | None = None,
     per_class: int = 400,
     scifact_depth: int = 100,
     scifact_claims: int = 0,
@@ -137,7 +175,8 @@ def quality_benchmark(
     answerable vs off-corpus (held-out SQuAD 1.1 articles of the dev split), AUC answerable vs
     unanswerable, gold paragraph first; (2) SciFact test nDCG@10 reranking the bi-encoder's top
     `scifact_depth`; (3) strip scoring: share of held-out SQuAD 1.1 questions whose answer sentence ranks
-    first among its paragraph's sentences.
+    first among its paragraph's sentences. With `fusion_pairs` (a training run's `pool/dev.jsonl`), each
+    grader also gets a `+bi` column: its logit and the bi-encoder cosine combined by `fit_fusion`.
     """
     import numpy as np
     import torch
@@ -149,10 +188,20 @@ def quality_benchmark(
     os.environ.setdefault("FASTRAG_ORT_THREADS", str(threads))
     specs = list(graders) or [default_reranker_spec()]
     rerankers = {spec: load_reranker(spec) for spec in specs}
-    cols = ["bi-encoder", "BM25", *[r.name for r in rerankers.values()]]
     table: dict[str, dict[str, float]] = {}
     emb = SentenceTransformerEmbeddings()
     t_start = time.time()
+    fusion: dict[str, tuple[float, float, float]] = {}
+    if fusion_pairs is not None:
+        for spec, rr in rerankers.items():
+            fusion[spec] = fit_fusion(rr, emb, fusion_pairs)
+            progress(
+                f"  {rr.name}+bi: sigmoid({fusion[spec][0]:.3f}*logit + {fusion[spec][1]:.3f}*cos "
+                f"+ {fusion[spec][2]:.3f}) fitted on {fusion_pairs}"
+            )
+    cols = ["bi-encoder", "BM25"]
+    for spec, rr in rerankers.items():
+        cols += [rr.name, f"{rr.name}+bi"] if spec in fusion else [rr.name]
 
     # --- squad2-dev paragraph retrieval + answerability
     dev_articles = load_squad(next((data_root / "squad2-dev").glob("*.json")))
@@ -193,18 +242,18 @@ def quality_benchmark(
     }
     for spec, rr in rerankers.items():
         t0 = time.time()
-        best, first = [], []
-        for i, q in enumerate(queries):
-            cand = [int(j) for j in top20[i]]
-            sc = rr.score(q, [paras[j] for j in cand])
-            k = int(np.argmax(sc))
-            best.append(float(sc[k]))
-            first.append(cand[k])
-        table["squad2-dev AUC answerable vs off-corpus"][rr.name] = auc(best[:n_a], best[n_a + n_u :])
-        table["squad2-dev AUC answerable vs unanswerable"][rr.name] = auc(best[:n_a], best[n_a : n_a + n_u])
-        table["squad2-dev gold paragraph first (answerable)"][rr.name] = float(
-            np.mean([first[i] == g for i, (_, g) in enumerate(ans)])
-        )
+        raw = [rr.score(q, [paras[int(j)] for j in top20[i]]) for i, q in enumerate(queries)]
+        variants = {rr.name: raw}
+        if spec in fusion:
+            variants[f"{rr.name}+bi"] = [fused(sc, sims[i, top20[i]], fusion[spec]) for i, sc in enumerate(raw)]
+        for col, all_scores in variants.items():
+            best = [float(max(sc)) for sc in all_scores]
+            first = [int(top20[i][int(np.argmax(sc))]) for i, sc in enumerate(all_scores)]
+            table["squad2-dev AUC answerable vs off-corpus"][col] = auc(best[:n_a], best[n_a + n_u :])
+            table["squad2-dev AUC answerable vs unanswerable"][col] = auc(best[:n_a], best[n_a : n_a + n_u])
+            table["squad2-dev gold paragraph first (answerable)"][col] = float(
+                np.mean([first[i] == g for i, (_, g) in enumerate(ans)])
+            )
         progress(f"  {rr.name}: squad2-dev reranked in {time.time() - t0:.0f}s")
 
     # --- strip scoring on held-out SQuAD 1.1
@@ -217,18 +266,24 @@ def quality_benchmark(
                 strips.append((item.question, sents, where))
     strips = _sample(strips, per_class, seed + 3)
     row: dict[str, float] = {}
-    hits = []
-    for q, sents, k in strips:
+    strip_cos = []
+    for q, sents, _ in strips:
         v = emb.encode([q, *sents])
-        hits.append(int(np.argmax(v[1:] @ v[0])) == k)
-    row["bi-encoder"] = float(np.mean(hits))
+        strip_cos.append(v[1:] @ v[0])
+    row["bi-encoder"] = float(np.mean([int(np.argmax(c)) == k for c, (_, _, k) in zip(strip_cos, strips, strict=True)]))
     hits = []
     for q, sents, k in strips:
         bm = _bm25(sents).get_scores(bm25_tokens(q))
         hits.append(int(np.argmax(bm)) == k)
     row["BM25"] = float(np.mean(hits))
-    for rr in rerankers.values():
-        row[rr.name] = float(np.mean([int(np.argmax(rr.score(q, s))) == k for q, s, k in strips]))
+    for spec, rr in rerankers.items():
+        raw = [rr.score(q, s) for q, s, _ in strips]
+        row[rr.name] = float(np.mean([int(np.argmax(sc)) == k for sc, (_, _, k) in zip(raw, strips, strict=True)]))
+        if spec in fusion:
+            hits = [
+                int(np.argmax(fused(sc, c, fusion[spec]))) == k for sc, c, (_, _, k) in zip(raw, strip_cos, strips, strict=True)
+            ]
+            row[f"{rr.name}+bi"] = float(np.mean(hits))
     table[f"strip: answer sentence first ({len(strips)} held-out q)"] = row
 
     # --- SciFact test
@@ -254,15 +309,18 @@ def quality_benchmark(
             ]
         )
     )
-    for rr in rerankers.values():
+    for spec, rr in rerankers.items():
         t0 = time.time()
-        vals = []
-        for i, qid in enumerate(qids):
-            cand_ids = [doc_ids[j] for j in top[i]]
-            sc = rr.score(claims[qid], [corpus[d] for d in cand_ids])
-            order = sorted(range(len(cand_ids)), key=lambda j: -sc[j])
-            vals.append(ndcg_at_k([cand_ids[j] for j in order], qrels[qid]))
-        sf[rr.name] = float(np.mean(vals))
+        raw = [rr.score(claims[qid], [corpus[doc_ids[j]] for j in top[i]]) for i, qid in enumerate(qids)]
+        variants = {rr.name: raw}
+        if spec in fusion:
+            variants[f"{rr.name}+bi"] = [fused(sc, csims[i, top[i]], fusion[spec]) for i, sc in enumerate(raw)]
+        for col, all_scores in variants.items():
+            vals = []
+            for i, qid in enumerate(qids):
+                order = np.argsort(-np.asarray(all_scores[i]), kind="stable")
+                vals.append(ndcg_at_k([doc_ids[top[i][j]] for j in order], qrels[qid]))
+            sf[col] = float(np.mean(vals))
         progress(f"  {rr.name}: scifact reranked in {time.time() - t0:.0f}s")
     table[f"SciFact test nDCG@10 (rerank bi-encoder top {scifact_depth})"] = sf
 

@@ -78,6 +78,7 @@ def _eval(args: argparse.Namespace) -> int:
         scifact_claims=args.scifact_claims,
         threads=args.threads,
         dev_percent=args.dev_percent,
+        fusion_pairs=Path(args.fusion_pairs) if args.fusion_pairs else None,
     )
     return 0
 
@@ -139,4 +140,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     e.add_argument("--scifact-claims", type=int, default=0, help="SciFact test claims used (0: all 300)")
     e.add_argument("--threads", type=int, default=2)
     e.add_argument("--dev-percent", type=float, default=5.0, help="must match the training run's dev split")
+    e.add_argument(
+        "--fusion-pairs",
+        default="",
+        help="a training run's pool/dev.jsonl: also fit and report grader+bi-encoder score fusion on it",
+    )
     e.set_defaults(func=_eval)
