@@ -248,3 +248,30 @@ def test_chunk_words_cuts_at_sentences() -> None:
     chunks = chunk_words(text, 20)
     assert len(chunks) > 3 and all(c.endswith(".") for c in chunks)
     assert " ".join(chunks) == text
+
+
+def test_fusion_weights_follow_the_informative_signal(tmp_path: Path) -> None:
+    import numpy as np
+
+    from fastcrag.training.bench import fit_fusion, fused
+
+    rng = random.Random(3)
+    pairs = [Pair(f"q{i}", f"p{i} {'gold' if i % 2 else 'other'}", float(i % 2), "s:x", f"g{i}") for i in range(200)]
+    write_pairs(tmp_path / "dev.jsonl", pairs)
+
+    class Grader:  # knows nothing: scores are noise
+        def score(self, query: str, texts: list[str]) -> list[float]:
+            return [rng.uniform(0.2, 0.8) for _ in texts]
+
+    class Emb:  # questions on one axis; gold passages near it, others away, with noise
+        def encode(self, texts: list[str]) -> np.ndarray:
+            out = []
+            for t in texts:
+                angle = rng.gauss(0.3, 0.2) if "gold" in t else rng.gauss(1.2, 0.2)
+                out.append([1.0, 0.0] if t.startswith("q") else [np.cos(angle), np.sin(angle)])
+            return np.asarray(out)
+
+    a, b, _ = fit_fusion(Grader(), Emb(), tmp_path / "dev.jsonl")
+    assert b > 5 * abs(a)
+    scores = fused([0.9, 0.1], [0.2, 0.95], (a, b, _))
+    assert scores[1] > scores[0] and all(0 < s < 1 for s in scores)

@@ -281,7 +281,8 @@ def quality_benchmark(
         row[rr.name] = float(np.mean([int(np.argmax(sc)) == k for sc, (_, _, k) in zip(raw, strips, strict=True)]))
         if spec in fusion:
             hits = [
-                int(np.argmax(fused(sc, c, fusion[spec]))) == k for sc, c, (_, _, k) in zip(raw, strip_cos, strips, strict=True)
+                int(np.argmax(fused(sc, c, fusion[spec]))) == k
+                for sc, c, (_, _, k) in zip(raw, strip_cos, strips, strict=True)
             ]
             row[f"{rr.name}+bi"] = float(np.mean(hits))
     table[f"strip: answer sentence first ({len(strips)} held-out q)"] = row
