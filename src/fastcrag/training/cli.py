@@ -48,7 +48,9 @@ def _train(args: argparse.Namespace) -> int:
     if args.export:
         from fastcrag.training.train import export_grader
 
-        export_grader(final, Path(args.export), name=args.name, train_dir=Path(args.output))
+        # A calibration names the model it was made for, so an export never reuses the packaged grader's name.
+        name = args.name or f"grader-{Path(args.output).resolve().name}"
+        export_grader(final, Path(args.export), name=name, train_dir=Path(args.output))
         print(f"exported: {args.export}")
     return 0
 
@@ -115,7 +117,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     t.add_argument("--pubmedqa-questions", type=int, default=1000)
     t.add_argument("--dev-percent", type=float, default=5.0, help="documents held out for dev, by hash")
     t.add_argument("--export", default="", help="also export the final model (ONNX int8) into this folder")
-    t.add_argument("--name", default="fastcrag-grader-minilm-l6-v1", help="model name written on export")
+    t.add_argument("--name", default="", help="model name written on export (default: grader-<output folder name>)")
     t.set_defaults(func=_train)
 
     b = subparsers.add_parser("bench-reranker", help="P50/P95 latency of reranking N candidates per variant")
