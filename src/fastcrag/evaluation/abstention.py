@@ -10,16 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from fastcrag.config.settings import DEFAULT_LLM, Context, Settings
-from fastcrag.datasets import question_pools
 from fastcrag.evaluation import report as rp
 from fastcrag.evaluation.common import (
     CachingReranker,
-    calibration_sample,
     machine_note,
     progress,
     question_id,
-    select_questions,
     set_threads,
+    squad_setup,
     squad_store,
 )
 from fastcrag.evaluation.runlog import ResultLog
@@ -78,43 +76,25 @@ def score_response(
 
 def run(cfg: AbstentionConfig, settings: Settings) -> int:
     """Run every (question, generator, CRAG on/off) through the graph, resumably, then write the report."""
-    from fastcrag.config.calibration import load_calibration
     from fastcrag.graph.builder import build_graph
-    from fastcrag.reranker import default_reranker_spec, load_reranker
 
     set_threads(cfg.threads)
-    docs, pools = question_pools(cfg.squad, cfg.off_corpus)
-    grader = CachingReranker(load_reranker(settings.reranker or default_reranker_spec()))
-    calibration = load_calibration(settings.calibration, expected_model=grader.name)  # refuses another grader
-    exclude = calibration_sample(calibration) if cfg.exclude_calibration else None
-    questions = select_questions(pools, cfg.per_class, cfg.seed, exclude)
-    config = {
-        "version": VERSION,
-        "command": "eval abstention",
-        "squad": str(cfg.squad.resolve()),
-        "off_corpus": str(cfg.off_corpus.resolve()),
-        "per_class": cfg.per_class,
-        "seed": cfg.seed,
+    setup = squad_setup(cfg, settings, exclude_calibration=cfg.exclude_calibration, wrap=CachingReranker)
+    config = setup.config("eval abstention", VERSION, cfg, settings) | {
         "generators": cfg.generators,
-        "reranker": grader.name,
-        "thresholds": calibration.thresholds(),
-        "excluded_calibration_sample": exclude,
-        "top_k": settings.top_k,
-        "top_n": settings.top_n,
-        "chunk_tokens": settings.chunk_tokens,
-        "chunk_overlap": settings.chunk_overlap,
+        "excluded_calibration_sample": setup.exclude,
         "crag_max_rewrites": settings.crag_max_rewrites,
         "crag_strip_min_tokens": settings.crag_strip_min_tokens,
     }
     log = ResultLog(cfg.out / "results.jsonl", config, fresh=cfg.fresh)
-    jobs = [(q, g, crag) for q in questions for g in cfg.generators for crag in (True, False)]
+    jobs = [(q, g, crag) for q in setup.questions for g in cfg.generators for crag in (True, False)]
     todo = [j for j in jobs if _key(*j) not in log]
     started = time.perf_counter()
     try:
         if todo:
-            store = squad_store(docs, settings.chunk_tokens, settings.chunk_overlap)
+            store = squad_store(setup.docs, settings.chunk_tokens, settings.chunk_overlap)
             graphs = {
-                g: build_graph(retriever=store, reranker=grader, llm=g, settings=settings) for g in cfg.generators
+                g: build_graph(retriever=store, reranker=setup.grader, llm=g, settings=settings) for g in cfg.generators
             }
             for graph in graphs.values():
                 set_threads(cfg.threads, graph)
@@ -140,9 +120,9 @@ def run(cfg: AbstentionConfig, settings: Settings) -> int:
             cfg,
             log,
             len(jobs),
-            calibration.thresholds(),
-            grader.name,
-            calibration.data,
+            setup.calibration.thresholds(),
+            setup.grader.name,
+            setup.calibration.data,
             time.perf_counter() - started,
         )
     return 0

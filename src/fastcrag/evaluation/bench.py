@@ -14,15 +14,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from fastcrag.config.settings import DEFAULT_LLM, Context, Settings
-from fastcrag.datasets import question_pools
 from fastcrag.evaluation import report as rp
 from fastcrag.evaluation.common import (
-    calibration_sample,
     machine_note,
     progress,
     question_id,
     select_questions,
     set_threads,
+    squad_setup,
     squad_store,
 )
 from fastcrag.evaluation.runlog import ResultLog
@@ -148,33 +147,16 @@ def judge_cost(judged: Sequence[Mapping[str, Any]], timed: Sequence[Mapping[str,
 
 def run(cfg: BenchConfig, settings: Settings) -> int:
     """Time every question with CRAG on and off on one compiled graph, then judge some candidate sets."""
-    from fastcrag.config.calibration import load_calibration
     from fastcrag.graph.builder import build_graph
-    from fastcrag.reranker import default_reranker_spec, load_reranker
 
     set_threads(cfg.threads)
-    docs, pools = question_pools(cfg.squad, cfg.off_corpus)
-    grader = load_reranker(settings.reranker or default_reranker_spec())
-    calibration = load_calibration(settings.calibration, expected_model=grader.name)
-    exclude = calibration_sample(calibration)
-    questions = select_questions(pools, cfg.per_class, cfg.seed, exclude)
+    setup = squad_setup(cfg, settings)
+    questions = setup.questions
     judged_q = questions[: max(0, cfg.judge_questions)] if cfg.llm != "extractive" else []
-    config = {
-        "version": VERSION,
-        "command": "bench",
-        "squad": str(cfg.squad.resolve()),
-        "off_corpus": str(cfg.off_corpus.resolve()),
-        "per_class": cfg.per_class,
-        "seed": cfg.seed,
+    config = setup.config("bench", VERSION, cfg, settings) | {
         "llm": cfg.llm,
         "threads": cfg.threads,
         "judge_questions": len(judged_q),
-        "reranker": grader.name,
-        "thresholds": calibration.thresholds(),
-        "top_k": settings.top_k,
-        "top_n": settings.top_n,
-        "chunk_tokens": settings.chunk_tokens,
-        "chunk_overlap": settings.chunk_overlap,
     }
     log = ResultLog(cfg.out / "results.jsonl", config, fresh=cfg.fresh)
     # Alternate which variant runs first, so that load drift on this shared machine hits both alike.
@@ -185,12 +167,12 @@ def run(cfg: BenchConfig, settings: Settings) -> int:
     started = time.perf_counter()
     try:
         if todo or judge_todo:
-            store = squad_store(docs, settings.chunk_tokens, settings.chunk_overlap)
-            graph = build_graph(retriever=store, reranker=grader, llm=cfg.llm, settings=settings)
+            store = squad_store(setup.docs, settings.chunk_tokens, settings.chunk_overlap)
+            graph = build_graph(retriever=store, reranker=setup.grader, llm=cfg.llm, settings=settings)
             parts = graph.parts  # type: ignore[attr-defined]
             set_threads(cfg.threads, graph)
             parts.warm_up()
-            warm = select_questions(pools, 1, cfg.seed + 100)[: cfg.warmup]
+            warm = select_questions(setup.pools, 1, cfg.seed + 100)[: cfg.warmup]
             for q in warm:  # untimed: first-call costs (thread pools, llama.cpp context) stay out of the figures
                 for crag in (True, False):
                     graph.invoke({"question": q.question}, context=Context(crag_enabled=crag))
@@ -226,8 +208,8 @@ def run(cfg: BenchConfig, settings: Settings) -> int:
             log,
             len(jobs),
             len(judged_q),
-            grader.name,
-            calibration.thresholds(),
+            setup.grader.name,
+            setup.calibration.thresholds(),
             time.perf_counter() - started,
         )
     return 0

@@ -8,14 +8,17 @@ import platform
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fastcrag.calibrate import build_corpus_store
 from fastcrag.config.calibration import Calibration
+from fastcrag.config.settings import Settings
 from fastcrag.datasets import (
     LabelledQuestion,
+    question_pools,
     sample,
 )
 from fastcrag.reranker import Reranker
@@ -61,6 +64,64 @@ def select_questions(
     for i in range(max((len(c) for c in chosen), default=0)):
         out += [c[i] for c in chosen if i < len(c)]
     return out
+
+
+@dataclass
+class SquadSetup:
+    """What a SQuAD-based evaluation runs on.
+
+    The corpus, the question pools, the grader checked against its calibration, the calibration sample left
+    out, and the chosen questions.
+    """
+
+    docs: list[Any]
+    pools: dict[str, list[LabelledQuestion]]
+    grader: Reranker
+    calibration: Calibration
+    exclude: tuple[int, int] | None
+    questions: list[LabelledQuestion]
+
+    def config(self, command: str, version: int, cfg: Any, settings: Settings) -> dict[str, Any]:
+        """The run-configuration fields every SQuAD-based command records (its results' hash covers them)."""
+        return {
+            "version": version,
+            "command": command,
+            "squad": str(cfg.squad.resolve()),
+            "off_corpus": str(cfg.off_corpus.resolve()),
+            "per_class": cfg.per_class,
+            "seed": cfg.seed,
+            "reranker": self.grader.name,
+            "thresholds": self.calibration.thresholds(),
+            "top_k": settings.top_k,
+            "top_n": settings.top_n,
+            "chunk_tokens": settings.chunk_tokens,
+            "chunk_overlap": settings.chunk_overlap,
+        }
+
+
+def squad_setup(
+    cfg: Any,
+    settings: Settings,
+    *,
+    exclude_calibration: bool = True,
+    wrap: Callable[[Reranker], Reranker] | None = None,
+) -> SquadSetup:
+    """Load the question pools, the grader and its calibration, and pick the questions.
+
+    Reads `cfg.squad` / `cfg.off_corpus`; the grader is wrapped by `wrap` when given; another grader's
+    calibration is refused; `cfg.per_class` questions per class are picked with `cfg.seed`.
+    """
+    from fastcrag.config.calibration import load_calibration
+    from fastcrag.reranker import default_reranker_spec, load_reranker
+
+    docs, pools = question_pools(cfg.squad, cfg.off_corpus)
+    grader = load_reranker(settings.reranker or default_reranker_spec())
+    if wrap is not None:
+        grader = wrap(grader)
+    calibration = load_calibration(settings.calibration, expected_model=grader.name)
+    exclude = calibration_sample(calibration) if exclude_calibration else None
+    questions = select_questions(pools, cfg.per_class, cfg.seed, exclude)
+    return SquadSetup(docs, pools, grader, calibration, exclude, questions)
 
 
 def squad_store(docs: list[Any], chunk_tokens: int, chunk_overlap: int) -> FaissStore:
