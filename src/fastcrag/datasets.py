@@ -1,7 +1,8 @@
-"""Labelled question sets: SQuAD v1/v2 JSON (plain or gzipped) read into questions and paragraphs."""
+"""Labelled question sets (SQuAD v1/v2 JSON, plain or gzipped) and BEIR queries and qrels."""
 
 from __future__ import annotations
 
+import csv
 import gzip
 import json
 import random
@@ -12,6 +13,29 @@ from typing import Any, Literal
 from fastcrag.loaders import SourceDocument
 
 QuestionClass = Literal["answerable", "unanswerable", "off_corpus"]
+
+
+def read_qrels(path: Path) -> dict[str, dict[str, int]]:
+    """BEIR qrels TSV (`query-id  corpus-id  score`, header optional) as {query: {doc: relevance}}."""
+    qrels: dict[str, dict[str, int]] = {}
+    with path.open(encoding="utf-8") as fh:
+        for i, row in enumerate(csv.reader(fh, delimiter="\t")):
+            if len(row) < 3 or (i == 0 and not row[2].strip().lstrip("-").isdigit()):
+                continue
+            qrels.setdefault(row[0], {})[row[1]] = int(row[2])
+    return qrels
+
+
+def read_queries(path: Path) -> dict[str, str]:
+    """BEIR queries JSONL (`_id`, `text`), plain or gzipped."""
+    opener = gzip.open if path.name.endswith(".gz") else open
+    out: dict[str, str] = {}
+    with opener(path, "rt", encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                row = json.loads(line)
+                out[str(row["_id"])] = str(row["text"])
+    return out
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from fastcrag.datasets import LabelledQuestion
+from fastcrag.datasets import LabelledQuestion, read_qrels
 from fastcrag.evaluation import report as rp
 from fastcrag.evaluation.abstention import AbstentionConfig, score_response, summaries, write_report
 from fastcrag.evaluation.bench import judge_cost, latency_table, retrieval_total, stage_values
 from fastcrag.evaluation.common import CachingReranker, calibration_sample, question_id, select_questions
-from fastcrag.evaluation.retrieval import doc_id, evaluate, rank_documents, read_qrels
+from fastcrag.evaluation.retrieval import doc_id, evaluate, rank_documents
 from fastcrag.evaluation.runlog import ConfigMismatchError, ResultLog, config_hash
 from fastcrag.evaluation.scoring import (
     contains_gold,

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
-import gzip
-import json
 import random
 import time
 from collections.abc import Mapping
@@ -13,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fastcrag.config.settings import Settings
+from fastcrag.datasets import read_qrels, read_queries
 from fastcrag.evaluation import report as rp
 from fastcrag.evaluation.common import DEFAULT_INDEX_CACHE, cached_corpus_store, machine_note, progress, set_threads
 from fastcrag.evaluation.runlog import ResultLog
@@ -36,30 +34,6 @@ class RetrievalConfig:
     fresh: bool = False
     threads: int = 1
     index_cache: Path | None = DEFAULT_INDEX_CACHE
-
-
-def read_qrels(path: Path) -> dict[str, dict[str, int]]:
-    """BEIR qrels TSV (`query-id  corpus-id  score`, with a header) as {query: {doc: relevance}}."""
-    qrels: dict[str, dict[str, int]] = {}
-    with path.open(encoding="utf-8") as fh:
-        reader = csv.reader(fh, delimiter="\t")
-        for row in reader:
-            if len(row) < 3 or row[0] == "query-id":
-                continue
-            qrels.setdefault(row[0], {})[row[1]] = int(row[2])
-    return qrels
-
-
-def read_queries(path: Path) -> dict[str, str]:
-    """BEIR queries JSONL (`_id`, `text`), plain or gzipped."""
-    opener = gzip.open if path.name.endswith(".gz") else open
-    out: dict[str, str] = {}
-    with opener(path, "rt", encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                row = json.loads(line)
-                out[str(row["_id"])] = str(row["text"])
-    return out
 
 
 def _find(folder: Path, *names: str) -> Path:

@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fastcrag.datasets import read_qrels, read_queries
+
 #: Folders of `shared/data/train` whose licences allow shipping weights trained on them.
 PERMISSIVE_FOLDERS = ("squad11-train", "squad2-train-first10", "selqa", "medquad", "covidqa", "pubmedqa")
 #: WikiQA-style groups that overlap the evaluation articles; dropped wherever a title matches.
@@ -231,14 +233,11 @@ def load_beir(folder: Path, split: str) -> tuple[dict[str, str], dict[str, str],
         for d in _iter_jsonl(corpus_path)
     }
     qpath = next(p for p in (folder / "queries.jsonl", folder / "queries.jsonl.gz") if p.exists())
-    queries = {str(d["_id"]): str(d["text"]) for d in _iter_jsonl(qpath)}
+    queries = read_queries(qpath)
     qrels: dict[str, set[str]] = {}
-    for i, line in enumerate(_open_text(folder / "qrels" / f"{split}.tsv").splitlines()):
-        parts = line.split("\t")
-        if i == 0 and not parts[-1].strip().lstrip("-").isdigit():
-            continue
-        if len(parts) >= 3 and int(parts[2]) > 0:
-            qrels.setdefault(parts[0], set()).add(parts[1])
+    for q, rels in read_qrels(folder / "qrels" / f"{split}.tsv").items():
+        if positive := {d for d, r in rels.items() if r > 0}:
+            qrels[q] = positive
     return corpus, {q: queries[q] for q in qrels if q in queries}, qrels
 
 
