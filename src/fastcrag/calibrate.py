@@ -14,6 +14,7 @@ from fastcrag.config.calibration import Calibration
 from fastcrag.datasets import LabelledQuestion, question_pools, sample
 from fastcrag.embeddings import default_embeddings
 from fastcrag.fileio import write_json_atomic
+from fastcrag.reader import is_reader
 from fastcrag.reranker import Reranker, checked_scores
 from fastcrag.store import FaissStore
 from fastcrag.text import chunk_text, split_sentences
@@ -27,6 +28,7 @@ class Observation:
     top_score: float
     top_chunk: str
     strip_chunk: str  # chunk holding the best-scoring sentence strip among the refined candidates
+    span_score: float | None = None  # the reader's best span score over the top `read_k` chunks
 
 
 def build_corpus_store(docs: list[Any], chunk_tokens: int, chunk_overlap: int) -> FaissStore:
@@ -44,9 +46,14 @@ def build_corpus_store(docs: list[Any], chunk_tokens: int, chunk_overlap: int) -
 
 
 def observe(
-    store: FaissStore, reranker: Reranker, questions: list[LabelledQuestion], top_k: int, refine_k: int
+    store: FaissStore,
+    reranker: Reranker,
+    questions: list[LabelledQuestion],
+    top_k: int,
+    refine_k: int,
+    read_k: int = 3,
 ) -> list[Observation]:
-    """Retrieve, rerank and strip-score each question."""
+    """Retrieve, rerank and strip-score each question; a reader also reads the top `read_k` chunks."""
     from tqdm import tqdm
 
     out = []
@@ -58,8 +65,18 @@ def observe(
         strip_scores = checked_scores(reranker, q.question, [s for s, _ in strips])
         best = int(np.argmax(strip_scores)) if strip_scores else 0
         top_chunk = ranked[0][1].metadata["chunk_id"] if ranked else ""
+        span_score = None
+        if is_reader(reranker) and ranked:
+            spans = reranker.read(q.question, [d.page_content for _, d in ranked[:read_k]])  # type: ignore[attr-defined]
+            span_score = max((sp.score for sp in spans if sp is not None), default=0.0)
         out.append(
-            Observation(q.kind, ranked[0][0] if ranked else 0.0, top_chunk, strips[best][1] if strips else top_chunk)
+            Observation(
+                q.kind,
+                ranked[0][0] if ranked else 0.0,
+                top_chunk,
+                strips[best][1] if strips else top_chunk,
+                span_score,
+            )
         )
     return out
 
@@ -74,13 +91,16 @@ def auc(positive: list[float], negative: list[float]) -> float:
     return float((greater + 0.5 * ties) / (len(pos) * len(neg)))
 
 
-def choose_threshold(obs: list[Observation], target_precision: float) -> tuple[float, str]:
+def choose_threshold(
+    obs: list[Observation], target_precision: float, score: str = "top_score", name: str = "reranker_threshold"
+) -> tuple[float, str]:
     """The highest threshold whose abstentions (scores below it) are at least `target_precision` right.
 
     An abstention is right for an unanswerable or off-corpus question. When no threshold reaches the target,
-    the threshold maximising Youden's J (answerable vs the rest) is used, and the objective says so.
+    the threshold maximising Youden's J (answerable vs the rest) is used, and the objective says so. `score`
+    names the Observation field thresholded.
     """
-    scores = np.asarray([o.top_score for o in obs])
+    scores = np.asarray([float(getattr(o, score)) for o in obs])
     should_abstain = np.asarray([o.kind != "answerable" for o in obs])
     candidates = np.unique(scores)
     best: float | None = None
@@ -93,7 +113,7 @@ def choose_threshold(obs: list[Observation], target_precision: float) -> tuple[f
     if best is not None:
         return (
             best,
-            f"reranker_threshold: highest score threshold with abstention precision >= {target_precision}",
+            f"{name}: highest score threshold with abstention precision >= {target_precision}",
         )
     j = [
         (should_abstain[scores < t].sum() / max(1, should_abstain.sum()))
@@ -101,7 +121,7 @@ def choose_threshold(obs: list[Observation], target_precision: float) -> tuple[f
         for t in candidates
     ]
     return float(candidates[int(np.argmax(j))]), (
-        f"reranker_threshold: abstention precision {target_precision} unreachable; Youden's J maximum"
+        f"{name}: abstention precision {target_precision} unreachable; Youden's J maximum"
     )
 
 
@@ -143,6 +163,14 @@ def calibrate(
     obs = observe(store, reranker, chosen, top_k, refine_k)
     threshold, objective = choose_threshold(obs, target_precision)
     upper = choose_upper(obs, threshold, tolerance, min_support=max(10, len(obs) // 20))
+    # The reader's threshold is set on the questions that pass grading: the ones it will be asked to answer.
+    passing = [o for o in obs if o.span_score is not None and o.top_score >= threshold]
+    reader_threshold = None
+    if passing and any(o.kind == "answerable" for o in passing) and any(o.kind != "answerable" for o in passing):
+        reader_threshold, reader_objective = choose_threshold(
+            passing, target_precision, "span_score", "reader_threshold"
+        )
+        objective += f"; {reader_objective} (questions that pass grading, top 3 chunks read)"
     by_kind = {k: [o.top_score for o in obs if o.kind == k] for k in pool}
     abstained = [o for o in obs if o.top_score < threshold]
     should = [o for o in obs if o.kind != "answerable"]
@@ -158,10 +186,16 @@ def calibrate(
         "band_mix": bands,
         "median_top_score": {k: round(float(np.median(v)), 4) for k, v in by_kind.items() if v},
     }
+    if passing:
+        span_by_kind = {k: [float(o.span_score or 0.0) for o in passing if o.kind == k] for k in pool}
+        metrics["auc_span_answerable_vs_unanswerable_passing"] = round(
+            auc(span_by_kind["answerable"], span_by_kind["unanswerable"]), 4
+        )
     calibration = Calibration(
         reranker_model=reranker.name,
         reranker_threshold=round(threshold, 6),
         crag_upper=round(upper, 6),
+        reader_threshold=None if reader_threshold is None else round(reader_threshold, 6),
         data=f"{squad.name} (corpus: its {len(docs)} paragraphs; answerable, unanswerable); "
         f"off-corpus: {off_corpus.name} articles not in the corpus; {per_class} questions per class, seed {seed}",
         objective=f"{objective}; crag_upper: lowest score above which refinement moves the best evidence to "

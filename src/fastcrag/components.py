@@ -86,7 +86,7 @@ class Components:
         given = self._llm if self._llm is not None else self.settings.llm
         if isinstance(given, str):
             if given == EXTRACTIVE:
-                return ExtractiveGenerator(self.reranker())
+                return ExtractiveGenerator(self.reranker(), self.calibration().reader_threshold)
             from fastcrag.chat import load_chat_model
 
             model = load_chat_model(given, self.settings.max_new_tokens, self.settings.llm_timeout_s)

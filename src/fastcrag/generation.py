@@ -11,6 +11,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, Field
 
+from fastcrag.reader import Span, is_reader
 from fastcrag.reranker import Reranker, checked_scores
 from fastcrag.text import split_sentences
 
@@ -113,16 +114,31 @@ class ChatGenerator:
 
 
 class ExtractiveGenerator:
-    """No LLM: the answer is the best-supported sentence strip, verbatim, with its citation."""
+    """No LLM: the answer is read from the passages, verbatim, with its citation.
+
+    With a grader that reads (a reader head), the answer is the best answer span, then the sentence it stands in;
+    when no span reaches `reader_threshold` the generator raises, and the graph abstains. With a grader that only
+    scores, the answer is the best-scoring sentence strip.
+    """
 
     name = "extractive"
 
-    def __init__(self, reranker: Reranker) -> None:
-        """Score strips with `reranker` (the grader)."""
+    def __init__(self, reranker: Reranker, reader_threshold: float | None = None) -> None:
+        """Read or score strips with `reranker` (the grader).
+
+        Args:
+            reranker: The grader; when it reads spans, they answer.
+            reader_threshold: Calibrated minimum span score (calibration.json `reader_threshold`); 0 when None.
+        """
         self.reranker = reranker
+        self.reader_threshold = reader_threshold or 0.0
 
     def generate(self, question: str, passages: Sequence[Mapping[str, Any]]) -> Answer:
-        """Pick the best strip; passages that are already strips keep the score refinement gave them."""
+        """The best span and its sentence (a reader), else the best strip; refined strips keep their scores."""
+        if not passages:
+            raise ValueError("no passage text to extract from")
+        if is_reader(self.reranker):
+            return self._read(question, passages)
         strips: list[tuple[float, str, int]] = []
         to_score: list[tuple[str, int]] = []
         for i, p in enumerate(passages):
@@ -138,6 +154,39 @@ class ExtractiveGenerator:
         _, text, index = max(strips, key=lambda t: t[0])
         return Answer(text, [index])
 
+    def _read(self, question: str, passages: Sequence[Mapping[str, Any]]) -> Answer:
+        texts = [str(p["text"]) for p in passages]
+        spans = self.reranker.read(question, texts)  # type: ignore[attr-defined]
+        found = [(s, i) for i, s in enumerate(spans) if isinstance(s, Span) and s.text.strip()]
+        if not found:
+            raise ValueError("the reader found no answer span in the passages")
+        span, index = max(found, key=lambda t: t[0].score)
+        if span.score < self.reader_threshold:
+            raise ValueError(
+                f"no answer span reaches the reader threshold ({span.score:.3f} < {self.reader_threshold:.3f})"
+            )
+        return Answer(answer_with_sentence(span, texts[index]), [index])
+
     def rewrite(self, question: str) -> str:
         """The extractive generator has no language model to rewrite with."""
         raise NotImplementedError("the extractive generator cannot rewrite queries (no language model)")
+
+
+def answer_with_sentence(span: Span, passage: str) -> str:
+    """The answer phrase, then the passage sentence it stands in (the phrase alone when it is the sentence)."""
+    phrase = " ".join(span.text.split()).strip(" ,;:")
+    sentences = split_sentences(passage)
+    # Sentence strips are whitespace-normalised: locate the span by its offset in the normalised passage.
+    offset = len(" ".join(passage[: span.start].split()))
+    pos, chosen = 0, None
+    for sentence in sentences:
+        end = pos + len(sentence) + 1
+        if pos <= offset < end and phrase.lower() in sentence.lower():
+            chosen = sentence
+            break
+        pos = end
+    if chosen is None:
+        chosen = next((t for t in sentences if phrase.lower() in t.lower()), None)
+    if chosen is None or chosen.strip(" .") == phrase.strip(" ."):
+        return phrase
+    return f"{phrase}\n\n{chosen}"

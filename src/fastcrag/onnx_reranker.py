@@ -1,4 +1,4 @@
-"""ONNX Runtime cross-encoder grader (int8 or fp32 `model.onnx` + `tokenizer.json`), scores in [0, 1]."""
+"""ONNX Runtime grader (int8 or fp32 `model.onnx` + `tokenizer.json`): scores in [0, 1]; spans with a reader head."""
 
 from __future__ import annotations
 
@@ -6,9 +6,12 @@ import json
 import math
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from fastcrag.reader import Span, span_margins
 
 DEFAULT_MAX_LENGTH = 256
 
@@ -18,10 +21,13 @@ def _sigmoid(x: float) -> float:
 
 
 class OnnxCrossEncoderReranker:
-    """A one-logit cross-encoder exported to ONNX, served by ONNX Runtime on the CPU.
+    """A cross-encoder grader exported to ONNX, served by ONNX Runtime on the CPU.
 
     The folder holds `model.onnx`, `tokenizer.json` and optionally `fastcrag_model.json` with `name`,
-    `max_length` and `lowercase` keys. Nothing is downloaded.
+    `max_length` and, for a grader-reader, `grade` (the fusion weights of relevance logit and span margin, fitted
+    on the training run's dev split). A model with `start_logits`/`end_logits` outputs also reads: `read` returns
+    each passage's best answer span from the same forward pass that scored it (results are cached per
+    (query, passage), so reading after scoring costs no second pass). Nothing is downloaded.
     """
 
     def __init__(
@@ -31,6 +37,7 @@ class OnnxCrossEncoderReranker:
         batch_size: int = 32,
         threads: int | None = None,
         model_file: str = "model.onnx",
+        cache_size: int = 4096,
     ) -> None:
         """Create the reranker; the session and tokenizer load on first use.
 
@@ -40,6 +47,7 @@ class OnnxCrossEncoderReranker:
             batch_size: Pairs per ONNX Runtime call.
             threads: Intra-op threads; `FASTRAG_ORT_THREADS` or ONNX Runtime's default when None.
             model_file: The ONNX file inside the folder.
+            cache_size: (query, text) results kept, so that reading after scoring needs no second pass; 0: none.
         """
         self.path = Path(path)
         meta: dict[str, Any] = {}
@@ -52,6 +60,10 @@ class OnnxCrossEncoderReranker:
         env_threads = os.environ.get("FASTRAG_ORT_THREADS", "")
         self.threads = threads if threads is not None else (int(env_threads) if env_threads.isdigit() else None)
         self.model_file = model_file
+        self.cache_size = cache_size
+        self.grade: dict[str, float] | None = meta.get("grade")
+        self.has_reader = bool(meta.get("reader", False))
+        self._cache: OrderedDict[tuple[str, str], tuple[float, Span | None]] = OrderedDict()
         self._session: Any = None
         self._tokenizer: Any = None
         self._input_names: list[str] = []
@@ -79,26 +91,66 @@ class OnnxCrossEncoderReranker:
             self._tokenizer = tok
             self._session = session
 
-    def logits(self, query: str, texts: Sequence[str]) -> list[float]:
-        """Raw logits of (query, text) pairs."""
+    def _run(self, query: str, texts: Sequence[str]) -> list[tuple[float, Span | None]]:
+        """One forward pass per batch: (grade logit, best span) of each text."""
         import numpy as np
 
         if self._session is None:
             self._load()
-        out: list[float] = []
+        out: list[tuple[float, Span | None]] = []
         for s in range(0, len(texts), self.batch_size):
-            encs = self._tokenizer.encode_batch([(query, t) for t in texts[s : s + self.batch_size]])
+            chunk = texts[s : s + self.batch_size]
+            encs = self._tokenizer.encode_batch([(query, t) for t in chunk])
             feeds = {
                 "input_ids": np.asarray([e.ids for e in encs], dtype=np.int64),
                 "attention_mask": np.asarray([e.attention_mask for e in encs], dtype=np.int64),
                 "token_type_ids": np.asarray([e.type_ids for e in encs], dtype=np.int64),
             }
             res = self._session.run(None, {k: v for k, v in feeds.items() if k in self._input_names})
-            out.extend(float(x) for x in np.asarray(res[0]).reshape(-1))
+            rel = np.asarray(res[0], dtype=np.float64).reshape(-1)
+            if not self.has_reader or len(res) < 3:
+                out.extend((float(r), None) for r in rel)
+                continue
+            masks = [[sid == 1 for sid in e.sequence_ids] for e in encs]
+            for text, e, r, (i, j, margin) in zip(
+                chunk, encs, rel, span_margins(np.asarray(res[1]), np.asarray(res[2]), masks), strict=True
+            ):
+                span = None
+                if i >= 0:
+                    a, b = e.offsets[i][0], e.offsets[j][1]
+                    span = Span(text[a:b], a, b, _sigmoid(margin))
+                m = max(-30.0, min(30.0, margin)) if math.isfinite(margin) else -30.0
+                w = self.grade
+                logit = w["relevance"] * float(r) + w["span"] * m + w["bias"] if w else float(r)
+                out.append((logit, span))
         return out
 
+    def _cached(self, query: str, texts: Sequence[str]) -> list[tuple[float, Span | None]]:
+        with self._lock:
+            hits = {t: self._cache[(query, t)] for t in texts if (query, t) in self._cache}
+        missing = list(dict.fromkeys(t for t in texts if t not in hits))
+        if missing:
+            fresh = dict(zip(missing, self._run(query, missing), strict=True))
+            with self._lock:
+                for t, v in fresh.items():
+                    self._cache[(query, t)] = v
+                while len(self._cache) > self.cache_size:
+                    self._cache.popitem(last=False)
+            hits |= fresh
+        return [hits[t] for t in texts]
+
+    def logits(self, query: str, texts: Sequence[str]) -> list[float]:
+        """Grade logits of (query, text) pairs: the relevance logit, fused with the span margin when read."""
+        return [g for g, _ in self._cached(query, texts)]
+
     def score(self, query: str, texts: Sequence[str]) -> list[float]:
-        """Score each text against the query: sigmoid of the logit, in [0, 1]."""
+        """Score each text against the query: sigmoid of the grade logit, in [0, 1]."""
         if not texts:
             return []
         return [_sigmoid(x) for x in self.logits(query, texts)]
+
+    def read(self, query: str, texts: Sequence[str]) -> list[Span | None]:
+        """The best answer span of each text (None for every text when the model has no reader head)."""
+        if not texts:
+            return []
+        return [span for _, span in self._cached(query, texts)]

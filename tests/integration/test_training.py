@@ -3,25 +3,35 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from fastcrag.reranker import CrossEncoderReranker, load_reranker
+from fastcrag.reader import is_reader
+from fastcrag.reranker import load_reranker
 
 pytestmark = pytest.mark.integration
 
 FACTS = [
-    ("Who designed the Eiffel Tower?", "The Eiffel Tower was designed by the company of Gustave Eiffel."),
-    ("What do plants release in photosynthesis?", "Photosynthesis releases oxygen as a by-product."),
-    ("What enforces ownership in Rust?", "Rust's borrow checker enforces ownership rules at compile time."),
-    ("When did the Berlin Wall fall?", "The Berlin Wall fell on 9 November 1989."),
-    ("What is the capital of Australia?", "Canberra is the capital city of Australia."),
-    ("How many legs does a spider have?", "Spiders have eight legs and two body segments."),
-    ("What metal is liquid at room temperature?", "Mercury is a metal that is liquid at room temperature."),
-    ("Who wrote Hamlet?", "Hamlet is a tragedy written by William Shakespeare."),
+    (
+        "Who designed the Eiffel Tower?",
+        "The Eiffel Tower was designed by the company of Gustave Eiffel.",
+        "Gustave Eiffel",
+    ),
+    ("What do plants release in photosynthesis?", "Photosynthesis releases oxygen as a by-product.", "oxygen"),
+    (
+        "What enforces ownership in Rust?",
+        "Rust's borrow checker enforces ownership rules at compile time.",
+        "borrow checker",
+    ),
+    ("When did the Berlin Wall fall?", "The Berlin Wall fell on 9 November 1989.", "9 November 1989"),
+    ("What is the capital of Australia?", "Canberra is the capital city of Australia.", "Canberra"),
+    ("How many legs does a spider have?", "Spiders have eight legs and two body segments.", "eight"),
+    ("What metal is liquid at room temperature?", "Mercury is a metal that is liquid at room temperature.", "Mercury"),
+    ("Who wrote Hamlet?", "Hamlet is a tragedy written by William Shakespeare.", "William Shakespeare"),
 ]
 
 
@@ -30,8 +40,8 @@ def pairs_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Each question with its own passage (1) and the next fact's passage (0), one document per fact."""
     path = tmp_path_factory.mktemp("data") / "pairs.jsonl"
     rows = []
-    for i, (q, p) in enumerate(FACTS):
-        rows.append({"question": q, "passage": p, "label": 1, "group": f"doc{i}"})
+    for i, (q, p, a) in enumerate(FACTS):
+        rows.append({"question": q, "passage": p, "label": 1, "group": f"doc{i}", "answer": a})
         rows.append({"question": q, "passage": FACTS[(i + 1) % len(FACTS)][1], "label": 0, "group": f"doc{i}"})
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
     return path
@@ -70,9 +80,30 @@ def test_train_resume_and_export(tmp_path: Path, pairs_file: Path) -> None:
     assert meta["name"] == "grader-my-run" and meta["format"].startswith("onnx-int8")
 
     onnx = load_reranker(str(tmp_path / "onnx"))
-    torch_model = CrossEncoderReranker(run / "final")
-    q, passages = FACTS[0][0], [p for _, p in FACTS]
-    a, b = onnx.score(q, passages), torch_model.score(q, passages)
+    q, passages = FACTS[0][0], [p for _, p, _ in FACTS]
+    a, b = onnx.score(q, passages), _torch_scores(run / "final", q, passages)
     assert onnx.name == "grader-my-run"
     assert all(0.0 <= s <= 1.0 for s in a)
     assert max(abs(x - y) for x, y in zip(a, b, strict=True)) < 0.15
+    # The reader head comes from the same pass: every span is a piece of its own passage.
+    assert is_reader(onnx)
+    spans = onnx.read(q, passages)  # type: ignore[attr-defined]
+    assert all(s is not None and passages[i][s.start : s.end] == s.text for i, s in enumerate(spans))
+
+
+def _torch_scores(folder: Path, question: str, passages: list[str]) -> list[float]:
+    """The trained torch model's relevance scores (no dev split here, so the grade is the relevance logit)."""
+    from transformers import AutoTokenizer
+
+    from fastcrag.training.model import build_model
+    from fastcrag.training.train import predict_heads
+
+    rel, _ = predict_heads(
+        build_model(folder),
+        AutoTokenizer.from_pretrained(str(folder)),
+        [(question, p) for p in passages],
+        max_length=64,
+        batch_size=8,
+        bf16=False,
+    )
+    return [1 / (1 + math.exp(-r)) for r in rel]

@@ -63,7 +63,9 @@ def test_settings_from_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
     monkeypatch.setenv("FASTRAG_CRAG_STRIP_MIN_TOKENS", "3")
     monkeypatch.setenv("FASTRAG_INDEX_DIR", str(tmp_path))
     monkeypatch.setenv("FASTRAG_LLM", "extractive")
+    monkeypatch.setenv("FASTRAG_PLAIN", "true")
     s = Settings()
+    assert s.plain is True and Settings.model_fields["plain"].description
     assert (s.crag_enabled, s.crag_max_rewrites, s.crag_strip_min_tokens) == (False, 0, 3)
     assert s.index_dir == tmp_path and s.llm == "extractive"
     monkeypatch.setenv("FASTRAG_CRAG_MAX_REWRITES", "-1")
@@ -82,6 +84,11 @@ def test_resolve_applies_context_over_settings_and_calibration() -> None:
     assert (cfg.reranker_threshold, cfg.crag_upper, cfg.top_n, cfg.crag_max_rewrites) == (0.3, 0.8, 5, 1)
     assert resolve(s, (0.3, 0.7), {"crag_enabled": False, "unknown": 1}).crag_enabled is False
     assert resolve(s, (0.3, 0.7), None).crag_upper == 0.7
+    assert s.plain is False and resolve(s, (0.3, 0.7), None).plain is False
+    plain = resolve(s, (0.3, 0.7), Context(crag_enabled=False, plain=True))
+    assert plain.plain and plain.plain_rag
+    assert not resolve(s, (0.3, 0.7), {"plain": True}).plain_rag  # CRAG on: plain has no effect
+    assert resolve(Settings(crag_enabled=False, plain=True), (0.3, 0.7), {"plain": False}).plain_rag is False
     with pytest.raises(ValueError, match="thresholds"):
         resolve(s, (0.3, 0.7), Context(reranker_threshold=0.9))
 

@@ -9,9 +9,20 @@ from pathlib import Path
 
 import pytest
 
+from fastcrag.config.settings import Context
 from fastcrag.datasets import LabelledQuestion, read_qrels
 from fastcrag.evaluation import report as rp
-from fastcrag.evaluation.abstention import AbstentionConfig, score_response, summaries, write_report
+from fastcrag.evaluation.abstention import (
+    VARIANTS,
+    AbstentionConfig,
+    score_response,
+    summaries,
+    truthfulness_gains,
+    variant_context,
+    variant_name,
+    variant_of,
+    write_report,
+)
 from fastcrag.evaluation.bench import judge_cost, latency_table, retrieval_total, stage_values
 from fastcrag.evaluation.common import CachingReranker, calibration_sample, question_id, select_questions
 from fastcrag.evaluation.retrieval import doc_id, evaluate, rank_documents
@@ -188,6 +199,59 @@ def test_abstention_report_marks_partial_runs(tmp_path: Path) -> None:
     assert sums["extractive / CRAG on"]["all"].n == 2
 
 
+def test_abstention_summaries_and_report_for_three_variants(tmp_path: Path) -> None:
+    cfg = AbstentionConfig(out=tmp_path, generators=["extractive", "llm"], per_class=1)
+    assert cfg.variants == list(VARIANTS) == ["crag", "threshold", "plain"]
+    log = ResultLog(tmp_path / "results.jsonl", {"x": 2})
+    outcomes = {  # (answerable, unanswerable) per variant
+        "crag": ("correct", "abstained"),
+        "threshold": ("correct", "abstained"),
+        "plain": ("correct", "wrong"),
+    }
+    actions = {"crag": "generate", "threshold": "disabled", "plain": "plain"}
+    for variant, pair in outcomes.items():
+        for kind, outcome in zip(("answerable", "unanswerable"), pair, strict=True):
+            log.add(
+                f"extractive|{variant}|{kind}",
+                {
+                    "qid": kind,
+                    "kind": kind,
+                    "outcome": outcome,
+                    "variant": variant,
+                    "crag": variant == "crag",
+                    "generator": "extractive",
+                    "action": "abstain" if outcome == "abstained" else actions[variant],
+                    "top_score": 0.5,
+                },
+            )
+    sums = summaries(list(log.records.values()), cfg.generators)
+    assert list(sums) == ["extractive / CRAG on", "extractive / threshold only", "extractive / plain RAG"]
+    assert sums["extractive / plain RAG"]["all"].truthfulness == 0.0
+    assert sums["extractive / plain RAG"]["all"].actions == {"plain": 2}
+    assert sums["extractive / threshold only"]["all"].actions == {"disabled": 1, "abstain": 1}
+    assert truthfulness_gains(sums, cfg.generators) == {"extractive": pytest.approx(0.5), "llm": None}
+    text = write_report(cfg, log, 12, (0.4, 0.8), "fake-grader", "", 1.0)
+    assert "- `extractive`: truthfulness CRAG on minus plain RAG = +0.500 (CRAG on 0.500, plain RAG 0.000)" in text
+    assert "- `llm`: n/a" in text
+    assert "| extractive / plain RAG | 2 |" in text
+    assert "| generate | refine | rewrite | abstain | disabled | plain |" in text
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["truthfulness_crag_minus_plain"] == {"extractive": 0.5, "llm": None}
+    only = summaries(list(log.records.values()), ["extractive"], ["plain"])
+    assert list(only) == ["extractive / plain RAG"]
+
+
+def test_variant_contexts_and_names() -> None:
+    assert variant_context("crag") == Context(crag_enabled=True, plain=False)
+    assert variant_context("threshold") == Context(crag_enabled=False, plain=False)
+    assert variant_context("plain") == Context(crag_enabled=False, plain=True)
+    with pytest.raises(ValueError, match="unknown variant"):
+        variant_context("off")
+    assert variant_name("g", "threshold") == "g / threshold only"
+    assert variant_of({"crag": False}) == "threshold" and variant_of({"crag": True}) == "crag"  # version-1 records
+    assert variant_of({"crag": False, "variant": "plain"}) == "plain"
+
+
 def test_cdf_plot_writes_png(tmp_path: Path) -> None:
     rp.plot_cdfs({"crag_ms": {"CRAG on": [0.1, 5.0, 200.0], "CRAG off": [0.1, 0.1, 0.2]}}, tmp_path / "cdf.png", "t")
     assert (tmp_path / "cdf.png").read_bytes()[:4] == b"\x89PNG"
@@ -304,12 +368,19 @@ def test_rank_documents_and_ir_measures(tmp_path: Path) -> None:
 
 
 def test_add_commands_wires_subcommands() -> None:
-    from fastcrag.evaluation.cli import add_commands
+    from fastcrag.evaluation.cli import add_commands, parse_variants
 
     parser = argparse.ArgumentParser(prog="fastcrag")
     add_commands(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["eval", "abstention", "--per-class", "5", "--generators", "extractive"])
     assert args.per_class == 5 and args.generators == "extractive" and callable(args.func)
+    assert args.variants == "crag,threshold,plain"
+    args = parser.parse_args(["eval", "abstention", "--variants", "plain,crag"])
+    assert parse_variants(args.variants) == ["crag", "plain"]
+    assert parse_variants(" threshold ,") == ["threshold"]
+    for bad in ("crag,off", " , "):
+        with pytest.raises(ValueError, match="--variants"):
+            parse_variants(bad)
     args = parser.parse_args(["eval", "retrieval", "--queries", "10"])
     assert args.queries == 10 and args.out == "runs/eval-retrieval"
     args = parser.parse_args(["bench", "--judge-questions", "2"])

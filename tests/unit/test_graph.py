@@ -10,9 +10,10 @@ import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
 from fastcrag import build_graph
-from fastcrag.config.settings import Context, Settings
+from fastcrag.config.settings import Context, Settings, resolve
+from fastcrag.graph import routing
 
-from fakes import CALIBRATION, LOWER, FakeChat, ListRetriever, ScriptedReranker, doc
+from fakes import CALIBRATION, LOWER, UPPER, FakeChat, ListRetriever, ScriptedReranker, doc
 
 GOOD = "The Eiffel Tower is in Paris. It was completed in 1889 for the World's Fair."
 MIXED = "Paris has many museums. The Eiffel Tower is 330 metres tall. Bread is sold daily."
@@ -156,6 +157,81 @@ def test_crag_disabled_is_retrieval_only() -> None:
     assert len(reranker.calls) == 1
     graph, *_ = make({}, crag_enabled=False)
     assert graph.invoke({"question": "q"})["crag"]["action"] == "abstain"
+
+
+def test_plain_rag_generates_from_incorrect_top_n() -> None:
+    other = "Lemons are sour citrus fruit."
+    docs = [doc(BAD, "b1"), doc(GOOD, "g1"), doc(other, "o1")]
+    graph, reranker, chat, retriever = make(
+        {"Eiffel": 0.2, "Bananas": 0.1},
+        docs=docs,
+        chat=FakeChat(rewrite={"query": "x"}),
+        top_n=2,
+        crag_enabled=False,
+        plain=True,
+    )
+    out = graph.invoke({"question": "Where is the Eiffel Tower?"})
+    crag = out["crag"]
+    assert crag["action"] == "plain" and crag["band"] == "INCORRECT" and not crag["failure"]
+    assert [v["verdict"] for v in crag["verdicts"]] == ["INCORRECT"] * 3
+    assert out["answer"] == "The answer is 42."
+    assert [c["chunk_id"] for c in out["citations"]] == ["g1", "b1"]  # the top_n by score, INCORRECT or not
+    assert GOOD in chat.prompts[-1] and BAD in chat.prompts[-1] and other not in chat.prompts[-1]
+    assert len(reranker.calls) == 1 and chat.rewrite_calls == 0 and len(retriever.queries) == 1
+    assert crag["strips_kept"] == 0
+
+
+def test_plain_rag_keeps_incorrect_chunks_beside_correct_ones() -> None:
+    graph, *_ = make({"Eiffel": 0.9}, crag_enabled=False, plain=True)
+    out = graph.invoke({"question": "Where is the Eiffel Tower?"})
+    assert out["crag"]["action"] == "plain" and out["crag"]["band"] == "CORRECT"
+    assert [c["chunk_id"] for c in out["citations"]] == ["c1", "c2"]
+
+
+def test_plain_switch_by_context_and_ignored_with_crag_on() -> None:
+    graph, *_ = make({"Eiffel": 0.2}, crag_enabled=False)
+    assert graph.invoke({"question": "q"})["crag"]["action"] == "abstain"  # threshold-only
+    out = graph.invoke({"question": "q"}, context=Context(plain=True))
+    assert out["crag"]["action"] == "plain" and [c["chunk_id"] for c in out["citations"]] == ["c1", "c2"]
+    graph, *_ = make({"Eiffel": 0.9}, plain=True)  # CRAG on: plain has no effect
+    out = graph.invoke({"question": "q"})
+    assert out["crag"]["action"] == "generate" and [c["chunk_id"] for c in out["citations"]] == ["c1"]
+    assert graph.invoke({"question": "q"}, context={"crag_enabled": False})["crag"]["action"] == "plain"
+
+
+def test_plain_rag_still_abstains_on_failures() -> None:
+    graph, *_ = make({"Eiffel": 0.9}, docs=[], crag_enabled=False, plain=True)
+    out = graph.invoke({"question": "q"})
+    assert out["crag"]["action"] == "abstain" and "retrieval returned no passage" in out["crag"]["failure"]
+    graph, *_ = make(
+        {"Eiffel": 0.9}, retriever=ListRetriever(docs=[], error="index offline"), crag_enabled=False, plain=True
+    )
+    out = graph.invoke({"question": "q"})
+    assert out["crag"]["action"] == "abstain" and "index offline" in out["crag"]["failure"]
+    graph, *_ = make({"Eiffel": 0.9}, chat=FakeChat(answer_error="llm down"), crag_enabled=False, plain=True)
+    assert graph.invoke({"question": "q"})["crag"]["action"] == "abstain"
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [
+        ({}, {"CORRECT": "generate", "AMBIGUOUS": "refine", "INCORRECT": "rewrite"}),
+        ({"crag_max_rewrites": 0}, {"CORRECT": "generate", "AMBIGUOUS": "refine", "INCORRECT": "abstain"}),
+        ({"crag_enabled": False}, {"CORRECT": "generate", "AMBIGUOUS": "generate", "INCORRECT": "abstain"}),
+        (
+            {"crag_enabled": False, "plain": True},
+            {"CORRECT": "generate", "AMBIGUOUS": "generate", "INCORRECT": "generate"},
+        ),
+        ({"plain": True}, {"CORRECT": "generate", "AMBIGUOUS": "refine", "INCORRECT": "rewrite"}),
+    ],
+    ids=["crag", "crag-no-rewrites", "threshold-only", "plain", "plain-ignored-with-crag"],
+)
+def test_after_grade_routes_each_band(mode: dict[str, Any], expected: dict[str, str]) -> None:
+    cfg = resolve(Settings(), (LOWER, UPPER), Context(**mode))
+    for band, node in expected.items():
+        assert routing.after_grade({"band": band}, cfg) == node
+        assert routing.after_grade({"band": band, "failure": "boom"}, cfg) == "abstain"
+    assert routing.after_grade({"band": None}, cfg) == "abstain"
 
 
 def test_context_overrides_thresholds_and_switches() -> None:

@@ -24,7 +24,9 @@ from fastcrag.training.data import (
     jsonl_pairs,
     load_beir,
     load_squad,
+    perturb_passage,
     read_pairs,
+    sentence_windows,
     split_pool,
     split_sentences,
     squad_pairs,
@@ -94,7 +96,15 @@ SQUAD = {
 }
 
 ALL_ON = PoolConfig(
-    p_deleted=1.0, p_same_article=1.0, p_random=1.0, p_sentences=1.0, p_swap=1.0, squad2_unanswerable_repeat=2
+    p_deleted=1.0,
+    p_same_article=1.0,
+    p_random=1.0,
+    p_snippet=1.0,
+    p_relation=1.0,
+    p_perturbed=1.0,
+    p_swap=1.0,
+    p_chunk=1.0,
+    squad2_unanswerable_repeat=2,
 )
 
 
@@ -151,15 +161,17 @@ def test_squad_pairs_makes_every_kind(squad_file: Path) -> None:
     arts = load_squad(squad_file)
     pairs = squad_pairs(arts, ALL_ON, random.Random(0), source="t")
     kinds = {p.source for p in pairs}
-    expected = {"own", "deleted", "same_article", "sentence_pos", "sentence_neg", "unanswerable"}
+    expected = {"own", "deleted", "same_article", "snippet_pos", "snippet_neg", "relation", "chunk", "unanswerable"}
     assert {f"t:{k}" for k in expected} <= kinds
     for p in pairs:
         if p.source == "t:deleted":
             assert "1889" not in p.passage and p.label == 0.0
         if p.source == "t:same_article":
             assert p.passage == (PARA_B if "Eiffel" in p.question else PARA_A) and p.label == 0.0
-        if p.source == "t:sentence_pos":
-            assert p.label == 1.0
+        if p.label == 1.0:
+            assert p.answer and p.answer.lower() in p.passage.lower()
+        else:
+            assert p.answer == ""
         assert p.group.startswith("t:")
     assert sum(p.source == "t:unanswerable" for p in pairs) == 2
     assert all(p.passage == PARA_A for p in pairs if p.source == "t:own" and "Eiffel" in p.question)
@@ -169,8 +181,33 @@ def test_negatives_never_hold_the_answer(squad_file: Path) -> None:
     arts = load_squad(squad_file)
     answers = {q.question: q.answers for a in arts for q in a.questions}
     for p in squad_pairs(arts, ALL_ON, random.Random(1), source="t"):
-        if p.label == 0.0 and p.source in ("t:deleted", "t:same_article", "t:sentence_neg"):
+        if p.label == 0.0 and p.source in ("t:deleted", "t:same_article", "t:snippet_neg", "t:relation"):
             assert not contains_any(p.passage, answers[p.question])
+
+
+def test_perturb_passage_changes_what_the_question_asks_about() -> None:
+    art = Article("Paris", [PARA_A, PARA_B])
+    rng = random.Random(0)
+    # the question names the year: the passage now speaks of another year, the answer is untouched
+    out = perturb_passage("Who designed the tower completed in 1889?", PARA_A, ["Gustave Eiffel"], art, rng)
+    assert out is not None and "1889" not in out and "Gustave Eiffel" in out
+    year = int(next(w for w in out.split() if w.rstrip(".").isdigit() and len(w.rstrip(".")) == 4).rstrip("."))
+    assert 1874 <= year <= 1904 and year != 1889
+    # an entity the question shares with the passage is replaced by another of the article
+    out = perturb_passage("How tall is the Eiffel Tower?", PARA_A, ["330 metres"], art, rng)
+    assert out is not None and out != PARA_A and "330 metres" in out
+    # an ordinal edition and a quarter
+    text = "The 3rd edition was won by Ajax. Sales rose in the first quarter."
+    out = perturb_passage("Who won the 3rd edition?", text, ["Ajax"], Article("x", [text]), rng)
+    assert out is not None and "3rd" not in out and "Ajax" in out
+    out = perturb_passage("How did sales do in the first quarter?", text, ["rose"], Article("x", [text]), rng)
+    assert out is not None and "first quarter" not in out
+    # the answer itself is never the thing changed; nothing shared, nothing to change
+    assert perturb_passage("When was it completed?", PARA_A, ["1889"], art, rng) is None
+
+
+def test_sentence_windows_cover_one_and_two_sentences() -> None:
+    assert sentence_windows(["a", "b", "c"]) == [(0, 1), (1, 2), (2, 3), (0, 2), (1, 3)]
 
 
 def test_swap_question_uses_entity_absent_from_paragraph() -> None:

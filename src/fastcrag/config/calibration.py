@@ -22,6 +22,9 @@ class Calibration(BaseModel):
     reranker_model: str = Field(description="Name of the reranker whose scores these thresholds apply to.")
     reranker_threshold: float = Field(ge=0.0, le=1.0, description="Below: INCORRECT (abstain or rewrite).")
     crag_upper: float = Field(ge=0.0, le=1.0, description="At or above: CORRECT (generate at once).")
+    reader_threshold: float | None = Field(
+        None, ge=0.0, le=1.0, description="Extractive reader: below this best-span score it abstains (None: never)."
+    )
     data: str = ""
     objective: str = ""
     created: str = ""
@@ -29,7 +32,7 @@ class Calibration(BaseModel):
 
     @model_validator(mode="after")
     def _ordered(self) -> Calibration:
-        if math.isnan(self.reranker_threshold) or math.isnan(self.crag_upper):
+        if any(math.isnan(v) for v in (self.reranker_threshold, self.crag_upper, self.reader_threshold or 0.0)):
             raise ValueError("thresholds must be numbers, not NaN")
         if self.crag_upper < self.reranker_threshold:
             raise ValueError(

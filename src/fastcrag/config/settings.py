@@ -21,7 +21,14 @@ class Settings(BaseSettings):
     reranker: str = Field("", description="Reranker: a local folder, a cached model name, or `bi-encoder`.")
     llm: str = Field(DEFAULT_LLM, description="Generator: `provider:model` (init_chat_model) or `extractive`.")
     calibration: Path | None = Field(None, description="calibration.json; the packaged one when unset.")
-    crag_enabled: bool = Field(True, description="False: retrieval-only path (abstain below the threshold).")
+    crag_enabled: bool = Field(
+        True, description="False: no correction; abstain below the threshold, or plain RAG with `plain`."
+    )
+    plain: bool = Field(
+        False,
+        description="With crag_enabled false: plain RAG, no grading and no abstention; the top_n reranked "
+        "candidates go to the generator whatever their band (false: threshold-only, abstain below the threshold).",
+    )
     crag_max_rewrites: int = Field(1, ge=0, le=3, description="Query rewrites allowed per question.")
     crag_strip_min_tokens: int = Field(6, ge=0, le=64, description="Shorter kept strips keep their chunk.")
     top_k: int = Field(20, ge=1, le=200, description="Candidates retrieved and reranked.")
@@ -52,6 +59,7 @@ class Context:
     """Per-run overrides (LangGraph `context_schema`): any field left as None takes the setting or calibration."""
 
     crag_enabled: bool | None = None
+    plain: bool | None = None
     crag_max_rewrites: int | None = None
     crag_strip_min_tokens: int | None = None
     reranker_threshold: float | None = None
@@ -62,9 +70,15 @@ class Context:
 
 @dataclass(frozen=True)
 class RunConfig:
-    """The settings one run uses, after context overrides were applied to settings and calibration."""
+    """The settings one run uses, after context overrides were applied to settings and calibration.
+
+    With `crag_enabled` false, `plain` chooses between the two uncorrected paths: threshold-only (false: abstain
+    below `reranker_threshold`, else generate) and plain RAG (true: always generate from the top_n candidates).
+    `plain` has no effect while `crag_enabled` is true.
+    """
 
     crag_enabled: bool
+    plain: bool
     crag_max_rewrites: int
     crag_strip_min_tokens: int
     reranker_threshold: float
@@ -72,6 +86,11 @@ class RunConfig:
     top_n: int
     abstain_message: str
     max_question_chars: int
+
+    @property
+    def plain_rag(self) -> bool:
+        """Whether this run is plain RAG: CRAG disabled and `plain` set (no grading, no abstention)."""
+        return self.plain and not self.crag_enabled
 
 
 def resolve(settings: Settings, thresholds: tuple[float, float], context: Any) -> RunConfig:
@@ -86,6 +105,7 @@ def resolve(settings: Settings, thresholds: tuple[float, float], context: Any) -
     ctx = context if isinstance(context, Context) else Context()
     base: dict[str, Any] = {
         "crag_enabled": settings.crag_enabled,
+        "plain": settings.plain,
         "crag_max_rewrites": settings.crag_max_rewrites,
         "crag_strip_min_tokens": settings.crag_strip_min_tokens,
         "reranker_threshold": thresholds[0],

@@ -1,4 +1,4 @@
-"""`fastcrag eval abstention`: truthfulness and abstention of CRAG on vs off, per generator, on SQuAD v2."""
+"""`fastcrag eval abstention`: truthfulness and abstention of CRAG on, threshold-only and plain RAG, on SQuAD v2."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from fastcrag.evaluation.common import (
 )
 from fastcrag.evaluation.runlog import ResultLog
 from fastcrag.evaluation.scoring import (
+    ACTIONS,
     CLASSES,
     Summary,
     is_abstention,
@@ -30,7 +31,12 @@ from fastcrag.evaluation.scoring import (
     summarize,
 )
 
-VERSION = 1
+VERSION = 2
+
+VARIANTS = ("crag", "threshold", "plain")
+"""The graph configurations compared per generator: CRAG on; CRAG off abstaining below reranker_threshold
+(threshold only); CRAG off with `plain` (plain RAG: the top_n reranked candidates always go to the generator)."""
+VARIANT_LABELS = {"crag": "CRAG on", "threshold": "threshold only", "plain": "plain RAG"}
 
 
 @dataclass
@@ -42,15 +48,28 @@ class AbstentionConfig:
     per_class: int = 40
     seed: int = 2026
     generators: list[str] = field(default_factory=lambda: ["extractive", DEFAULT_LLM])
+    variants: list[str] = field(default_factory=lambda: list(VARIANTS))
     out: Path = Path("runs/eval-abstention")
     fresh: bool = False
     exclude_calibration: bool = True
     threads: int = 1
 
 
-def variant_name(generator: str, crag: bool) -> str:
-    """`<generator> / CRAG on|off`."""
-    return f"{generator} / CRAG {'on' if crag else 'off'}"
+def variant_name(generator: str, variant: str) -> str:
+    """`<generator> / CRAG on`, `<generator> / threshold only` or `<generator> / plain RAG`."""
+    return f"{generator} / {VARIANT_LABELS[variant]}"
+
+
+def variant_context(variant: str) -> Context:
+    """The per-run context of a variant (CRAG on, threshold only, plain RAG)."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; choose from {', '.join(VARIANTS)}")
+    return Context(crag_enabled=variant == "crag", plain=variant == "plain")
+
+
+def variant_of(record: Mapping[str, Any]) -> str:
+    """A record's variant; records without one (version 1) were CRAG on or threshold-only."""
+    return str(record.get("variant") or ("crag" if record.get("crag") else "threshold"))
 
 
 def score_response(
@@ -75,19 +94,20 @@ def score_response(
 
 
 def run(cfg: AbstentionConfig, settings: Settings) -> int:
-    """Run every (question, generator, CRAG on/off) through the graph, resumably, then write the report."""
+    """Run every (question, generator, variant) through the graph, resumably, then write the report."""
     from fastcrag.graph.builder import build_graph
 
     set_threads(cfg.threads)
     setup = squad_setup(cfg, settings, exclude_calibration=cfg.exclude_calibration, wrap=CachingReranker)
     config = setup.config("eval abstention", VERSION, cfg, settings) | {
         "generators": cfg.generators,
+        "variants": cfg.variants,
         "excluded_calibration_sample": setup.exclude,
         "crag_max_rewrites": settings.crag_max_rewrites,
         "crag_strip_min_tokens": settings.crag_strip_min_tokens,
     }
     log = ResultLog(cfg.out / "results.jsonl", config, fresh=cfg.fresh)
-    jobs = [(q, g, crag) for q in setup.questions for g in cfg.generators for crag in (True, False)]
+    jobs = [(q, g, v) for q in setup.questions for g in cfg.generators for v in cfg.variants]
     todo = [j for j in jobs if _key(*j) not in log]
     started = time.perf_counter()
     try:
@@ -100,9 +120,9 @@ def run(cfg: AbstentionConfig, settings: Settings) -> int:
                 set_threads(cfg.threads, graph)
             bar = progress(len(jobs), len(jobs) - len(todo), "eval abstention")
             with bar:
-                for q, g, crag in todo:
+                for q, g, variant in todo:
                     t0 = time.perf_counter()
-                    result = graphs[g].invoke({"question": q.question}, context=Context(crag_enabled=crag))
+                    result = graphs[g].invoke({"question": q.question}, context=variant_context(variant))
                     record = score_response(result, q.kind, q.answers, settings.abstain_message)
                     record |= {
                         "qid": question_id(q),
@@ -110,10 +130,11 @@ def run(cfg: AbstentionConfig, settings: Settings) -> int:
                         "gold": list(q.answers),
                         "source": q.source,
                         "generator": g,
-                        "crag": crag,
+                        "variant": variant,
+                        "crag": variant == "crag",
                         "wall_ms": round((time.perf_counter() - t0) * 1000, 1),
                     }
-                    log.add(_key(q, g, crag), record)
+                    log.add(_key(q, g, variant), record)
                     bar.update(1)
     finally:
         write_report(
@@ -128,24 +149,50 @@ def run(cfg: AbstentionConfig, settings: Settings) -> int:
     return 0
 
 
-def _key(q: Any, generator: str, crag: bool) -> str:
-    return f"{generator}|{'on' if crag else 'off'}|{question_id(q)}"
+def _key(q: Any, generator: str, variant: str) -> str:
+    return f"{generator}|{variant}|{question_id(q)}"
 
 
-def summaries(records: Sequence[Mapping[str, Any]], generators: Sequence[str]) -> dict[str, dict[str, Summary]]:
-    """Summary per variant (generator x CRAG on/off), per class and over all classes (`all`)."""
+def summaries(
+    records: Sequence[Mapping[str, Any]], generators: Sequence[str], variants: Sequence[str] = VARIANTS
+) -> dict[str, dict[str, Summary]]:
+    """Summary per variant (generator x CRAG on / threshold only / plain RAG), per class and overall (`all`)."""
     out: dict[str, dict[str, Summary]] = {}
     for g in generators:
-        for crag in (True, False):
-            rows = [r for r in records if r["generator"] == g and r["crag"] == crag]
+        for variant in variants:
+            rows = [r for r in records if r["generator"] == g and variant_of(r) == variant]
             if not rows:
                 continue
             per = {k: summarize([r for r in rows if r["kind"] == k]) for k in CLASSES}
             per["answerable+unanswerable"] = summarize([r for r in rows if r["kind"] != "off_corpus"])
             per["answerable+off_corpus"] = summarize([r for r in rows if r["kind"] != "unanswerable"])
             per["all"] = summarize(rows)
-            out[variant_name(g, crag)] = per
+            out[variant_name(g, variant)] = per
     return out
+
+
+def truthfulness_gains(sums: Mapping[str, Mapping[str, Summary]], generators: Sequence[str]) -> dict[str, float | None]:
+    """Per generator: overall truthfulness of CRAG on minus plain RAG (None unless both were measured)."""
+    out: dict[str, float | None] = {}
+    for g in generators:
+        on, plain = sums.get(variant_name(g, "crag")), sums.get(variant_name(g, "plain"))
+        out[g] = on["all"].truthfulness - plain["all"].truthfulness if on and plain else None
+    return out
+
+
+def gain_lines(sums: Mapping[str, Mapping[str, Summary]], generators: Sequence[str]) -> list[str]:
+    """One report line per generator: truthfulness of CRAG on minus plain RAG, with both figures."""
+    lines = []
+    for g, gain in truthfulness_gains(sums, generators).items():
+        if gain is None:
+            lines.append(f"- `{g}`: n/a (CRAG on and plain RAG were not both measured)")
+            continue
+        on, plain = sums[variant_name(g, "crag")]["all"], sums[variant_name(g, "plain")]["all"]
+        lines.append(
+            f"- `{g}`: truthfulness CRAG on minus plain RAG = {gain:+.3f} "
+            f"(CRAG on {rp.fmt(on.truthfulness)}, plain RAG {rp.fmt(plain.truthfulness)})"
+        )
+    return lines
 
 
 def headline_table(sums: Mapping[str, Mapping[str, Summary]]) -> str:
@@ -224,13 +271,12 @@ def class_table(sums: Mapping[str, Mapping[str, Summary]]) -> str:
 
 def action_table(sums: Mapping[str, Mapping[str, Summary]]) -> str:
     """Final action per variant and class; a rewrite whose retry still grades INCORRECT ends in `abstain`."""
-    actions = ("generate", "refine", "rewrite", "abstain", "disabled")
     rows = []
     for variant, per in sums.items():
         for cls in (*CLASSES, "all"):
             s = per[cls]
-            rows.append([variant, cls, s.n, *[s.actions.get(a, 0) for a in actions], s.rewrites_tried])
-    return rp.table(["variant", "class", "n", *actions, "rewrites tried"], rows)
+            rows.append([variant, cls, s.n, *[s.actions.get(a, 0) for a in ACTIONS], s.rewrites_tried])
+    return rp.table(["variant", "class", "n", *ACTIONS, "rewrites tried"], rows)
 
 
 def write_report(
@@ -244,7 +290,7 @@ def write_report(
 ) -> str:
     """Write report.md, summary.json and the plots; return the report text."""
     records = list(log.records.values())
-    sums = summaries(records, cfg.generators)
+    sums = summaries(records, cfg.generators, cfg.variants)
     lower, upper = thresholds
     # Scores of the first retrieval: the CRAG-off runs (a rewrite's retry would report the second one).
     first: dict[str, tuple[str, float]] = {}
@@ -271,8 +317,13 @@ def write_report(
             "Abstention precision vs coverage (threshold sweep)",
         )
     at = precision_coverage(scores, kinds, [lower])[0] if scores else None
+    gains = (
+        ["Truthfulness of CRAG on minus plain RAG (overall):", "", *gain_lines(sums, cfg.generators), ""]
+        if {"crag", "plain"} <= set(cfg.variants)
+        else []
+    )
     lines = [
-        "# Abstention: CRAG on vs off (SQuAD v2)",
+        "# Abstention: CRAG on vs threshold only vs plain RAG (SQuAD v2)",
         "",
         rp.completion_note(len(records), total),
         "",
@@ -281,6 +332,9 @@ def write_report(
         f"{cfg.exclude_calibration} (calibration: {calibration_data or 'n/a'}).",
         f"- Grader: `{grader}`; reranker_threshold = {lower:.4f}, crag_upper = {upper:.4f}.",
         f"- Generators: {', '.join(f'`{g}`' for g in cfg.generators)}. Config hash `{log.hash}`.",
+        f"- Variants: {', '.join(VARIANT_LABELS[v] for v in cfg.variants)}. CRAG on: grade, refine, rewrite, "
+        "abstain; threshold only: CRAG off, abstain below reranker_threshold, else generate; plain RAG: CRAG off, "
+        "no grading and no abstention, the top_n reranked candidates always go to the generator.",
         "- Scoring: correct = a SQuAD-normalised gold answer appears in the answer (+1); abstained "
         "(graph abstention or the generator's own \"I don't know\") = 0; wrong = any other answer (-1).",
         f"- Wall time of this invocation: {seconds / 60:.1f} min; machine: {machine_note()}; "
@@ -290,6 +344,7 @@ def write_report(
         "",
         headline_table(sums),
         "",
+        *gains,
         "## Per class",
         "",
         "Abstention precision: share of abstentions on questions that should be declined (unanswerable or "
@@ -313,4 +368,12 @@ def write_report(
         )
     text = "\n".join(lines) + "\n"
     as_dicts = {v: {c: s.as_dict() for c, s in per.items()} for v, per in sums.items()}
-    return rp.write_run_files(cfg.out, text, done=len(records), total=total, config_hash=log.hash, summaries=as_dicts)
+    return rp.write_run_files(
+        cfg.out,
+        text,
+        done=len(records),
+        total=total,
+        config_hash=log.hash,
+        summaries=as_dicts,
+        truthfulness_crag_minus_plain=truthfulness_gains(sums, cfg.generators),
+    )

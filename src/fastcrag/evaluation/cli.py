@@ -35,6 +35,20 @@ def _check_paths(*paths: Path) -> None:
             raise FileNotFoundError(f"no such file or folder: {p}")
 
 
+def parse_variants(text: str) -> list[str]:
+    """The variants named by `--variants`, in canonical order (the same choice gives the same config hash).
+
+    Raises:
+        ValueError: a name is not a variant, or none is named.
+    """
+    from fastcrag.evaluation.abstention import VARIANTS
+
+    names = {v.strip() for v in text.split(",") if v.strip()}
+    if not names or names - set(VARIANTS):
+        raise ValueError(f"--variants takes a comma-separated subset of {','.join(VARIANTS)}, got {text!r}")
+    return [v for v in VARIANTS if v in names]
+
+
 def cmd_abstention(args: argparse.Namespace) -> int:
     """Run `fastcrag eval abstention`."""
     from fastcrag.evaluation.abstention import AbstentionConfig, run
@@ -46,6 +60,7 @@ def cmd_abstention(args: argparse.Namespace) -> int:
         per_class=args.per_class,
         seed=args.seed,
         generators=[g.strip() for g in args.generators.split(",") if g.strip()],
+        variants=parse_variants(args.variants),
         out=Path(args.out),
         fresh=args.fresh,
         threads=args.threads,
@@ -142,7 +157,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     ev = subparsers.add_parser("eval", help="evaluate CRAG against plain RAG on shared data")
     ev_sub = ev.add_subparsers(dest="eval_command", required=True)
 
-    ab = ev_sub.add_parser("abstention", help="truthfulness and abstention on SQuAD v2, CRAG on vs off")
+    ab = ev_sub.add_parser(
+        "abstention", help="truthfulness and abstention on SQuAD v2: CRAG on, threshold only, plain RAG"
+    )
     ab.add_argument("--squad", default=f"{DATA}/squad2-dev", help="SQuAD v2 JSON file or folder (the corpus)")
     ab.add_argument(
         "--off-corpus",
@@ -155,6 +172,12 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
         "--generators",
         default=f"extractive,{DEFAULT_LLM}",
         help=f"comma-separated generators (default: extractive,{DEFAULT_LLM})",
+    )
+    ab.add_argument(
+        "--variants",
+        default="crag,threshold,plain",
+        help="comma-separated graph variants per generator: crag (CRAG on), threshold (CRAG off, abstain below "
+        "the threshold), plain (plain RAG: no grading, no abstention) (default: crag,threshold,plain)",
     )
     ab.add_argument(
         "--include-calibration-sample",

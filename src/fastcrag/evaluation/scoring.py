@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 Outcome = Literal["correct", "wrong", "abstained"]
 CLASSES = ("answerable", "unanswerable", "off_corpus")
-ACTIONS = ("generate", "refine", "rewrite", "abstain", "disabled")
+ACTIONS = ("generate", "refine", "rewrite", "abstain", "disabled", "plain")
 TRUTH_POINTS: dict[str, int] = {"correct": 1, "abstained": 0, "wrong": -1}
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")

@@ -9,10 +9,16 @@ from fastcrag.graph.state import State
 
 
 def after_grade(state: State, cfg: RunConfig) -> Literal["generate", "refine", "rewrite", "abstain"]:
-    """CORRECT generates, AMBIGUOUS refines, INCORRECT rewrites while the cap allows, else abstains."""
+    """CORRECT generates, AMBIGUOUS refines, INCORRECT rewrites while the cap allows, else abstains.
+
+    With CRAG disabled: plain RAG generates whatever the band; threshold-only abstains on INCORRECT. A
+    `failure` abstains on every path.
+    """
     band = state.get("band")
     if state.get("failure") or band is None:
         return "abstain"
+    if cfg.plain_rag:
+        return "generate"
     if not cfg.crag_enabled:
         return "abstain" if band == "INCORRECT" else "generate"
     if band == "CORRECT":

@@ -9,7 +9,7 @@ from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict  # pydantic (server schemas) needs it on Python < 3.12
 
 Band = Literal["CORRECT", "AMBIGUOUS", "INCORRECT"]
-Action = Literal["generate", "refine", "rewrite", "abstain", "disabled"]
+Action = Literal["generate", "refine", "rewrite", "abstain", "disabled", "plain"]
 STAGES = ("retrieve_ms", "rerank_ms", "crag_ms", "generate_ms")
 
 

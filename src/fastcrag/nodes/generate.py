@@ -14,9 +14,11 @@ from fastcrag.graph.state import Action, Citation, State, add_time, reply, trace
 from fastcrag.nodes import Node
 
 
-def action_of(state: State, crag_enabled: bool) -> Action:
-    """The action that produced a generated answer."""
-    if not crag_enabled:
+def action_of(state: State, cfg: RunConfig) -> Action:
+    """The action that produced a generated answer (`plain` for plain RAG, `disabled` for threshold-only)."""
+    if cfg.plain_rag:
+        return "plain"
+    if not cfg.crag_enabled:
         return "disabled"
     if state.get("rewrites", 0) and state.get("rewritten_query"):
         return "rewrite"
@@ -43,7 +45,7 @@ def make(parts: Components) -> Node:
         passages = list(state.get("context") or [])
         try:
             if not passages:
-                raise ValueError("no passage passed grading")
+                raise ValueError("retrieval returned no passage" if cfg.plain_rag else "no passage passed grading")
             answer = parts.generator().generate(str(state["question"]), passages)
             if not answer.text.strip():
                 raise ValueError("the generator returned an empty answer")
@@ -58,7 +60,7 @@ def make(parts: Components) -> Node:
             p = passages[i]
             if all(c["chunk_id"] != p["chunk_id"] for c in citations):
                 citations.append({"chunk_id": p["chunk_id"], "source": p["source"], "score": round(p["score"], 6)})
-        action = action_of(state, cfg.crag_enabled)
+        action = action_of(state, cfg)
         metrics.record(action, timings)
         return {
             "answer": answer.text.strip(),

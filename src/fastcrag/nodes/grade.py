@@ -18,7 +18,7 @@ def make(parts: Components) -> Node:
     """Build the node over `parts`."""
 
     def grade(state: State, *, runtime: Runtime[Context]) -> dict[str, Any]:
-        """Two comparisons per candidate; INCORRECT candidates never reach the generator."""
+        """Two comparisons per candidate; INCORRECT candidates never reach the generator, except in plain RAG."""
         started = time.perf_counter()
         if state.get("failure"):
             return {}
@@ -39,11 +39,16 @@ def make(parts: Components) -> Node:
         ]
         top = candidates[0]["score"] if candidates else 0.0
         band = band_of(top, lo, hi)
+        # Candidates come best first. Plain RAG hands the top_n to the generator whatever their verdict.
+        kept = (
+            candidates
+            if cfg.plain_rag
+            else [c for c, v in zip(candidates, verdicts, strict=True) if v["verdict"] != "INCORRECT"]
+        )
         context = [
             Passage(chunk_id=c["chunk_id"], source=c["source"], text=c["text"], score=c["score"])
-            for c, v in zip(candidates, verdicts, strict=True)
-            if v["verdict"] != "INCORRECT"
-        ][: cfg.top_n]
+            for c in kept[: cfg.top_n]
+        ]
         get_stream_writer()(
             {"event": "graded", "band": band, "top_score": top, "scores": [v["score"] for v in verdicts]}
         )

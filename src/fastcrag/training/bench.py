@@ -17,6 +17,7 @@ from typing import Any
 from fastcrag.training.data import (
     Article,
     answer_sentence_index,
+    contains_any,
     heldout_squad_articles,
     load_beir,
     load_squad,
@@ -155,6 +156,49 @@ def fused(scores: Sequence[float], cosines: Sequence[float], w: tuple[float, flo
     return [float(v) for v in 1 / (1 + np.exp(-z))]
 
 
+def snippet_windows(text: str) -> list[str]:
+    """Every single sentence and every pair of adjacent sentences of `text`, in reading order.
+
+    A text of n sentences gives 2n - 1 windows (one sentence gives itself); an empty text gives none.
+    """
+    sents = split_sentences(text)
+    out: list[str] = []
+    for i, s in enumerate(sents):
+        out.append(s)
+        if i + 1 < len(sents):
+            out.append(f"{s} {sents[i + 1]}")
+    return out
+
+
+def gold_removed_candidates(paragraphs: Sequence[str], gold: int, answers: Sequence[str]) -> list[int]:
+    """Indices of an article's paragraphs other than `gold` that hold none of the gold answer strings."""
+    return [i for i, p in enumerate(paragraphs) if i != gold and not contains_any(p, answers)]
+
+
+def _candidate_scores(
+    rerankers: dict[str, Any],
+    fusion: dict[str, tuple[float, float, float]],
+    queries: Sequence[str],
+    texts: Sequence[Sequence[str]],
+    cosines: Sequence[Any],
+    label: str,
+    progress: Callable[[str], None],
+) -> dict[str, list[list[float]]]:
+    """Every candidate's score per column: the bi-encoder cosine, each grader and, with fusion, its `+bi`.
+
+    `texts[i]` are query i's candidates (never empty) and `cosines[i]` their bi-encoder cosines.
+    """
+    out: dict[str, list[list[float]]] = {"bi-encoder": [[float(c) for c in cs] for cs in cosines]}
+    for spec, rr in rerankers.items():
+        t0 = time.time()
+        raw = [[float(v) for v in rr.score(q, list(ts))] for q, ts in zip(queries, texts, strict=True)]
+        out[rr.name] = raw
+        if spec in fusion:
+            out[f"{rr.name}+bi"] = [fused(sc, cs, fusion[spec]) for sc, cs in zip(raw, cosines, strict=True)]
+        progress(f"  {rr.name}: {label} scored in {time.time() - t0:.0f}s")
+    return out
+
+
 def quality_benchmark(
     graders: Sequence[str],
     data_root: Path,
@@ -173,10 +217,17 @@ def quality_benchmark(
 
     Measures: (1) squad2-dev, corpus = its paragraphs, bi-encoder top-20 reranked, score = top score: AUC
     answerable vs off-corpus (held-out SQuAD 1.1 articles of the dev split), AUC answerable vs
-    unanswerable, gold paragraph first; (2) SciFact test nDCG@10 reranking the bi-encoder's top
-    `scifact_depth`; (3) strip scoring: share of held-out SQuAD 1.1 questions whose answer sentence ranks
-    first among its paragraph's sentences. With `fusion_pairs` (a training run's `pool/dev.jsonl`), each
-    grader also gets a `+bi` column: its logit and the bi-encoder cosine combined by `fit_fusion`.
+    unanswerable, AUC answerable vs gold-removed (the same answerable questions asked of their own
+    article without the gold paragraph: candidates = the bi-encoder's top 20 of the article's other
+    paragraphs that hold no gold answer string, so every candidate is on topic and none answers), gold
+    paragraph first; (2) snippets: the same four classes, each question's first 5 candidate paragraphs
+    cut into windows of one or two adjacent sentences (`snippet_windows`), score = top snippet score,
+    AUC answerable vs unanswerable, vs gold-removed and vs off-corpus; (3) strip scoring: share of
+    held-out SQuAD 1.1 questions whose answer sentence ranks first among its paragraph's sentences;
+    (4) SciFact test nDCG@10 reranking the bi-encoder's top `scifact_depth`. The bi-encoder column
+    scores by cosine (top cosine over the candidates or snippets). With `fusion_pairs` (a training run's
+    `pool/dev.jsonl`), each grader also gets a `+bi` column: its logit and the bi-encoder cosine
+    combined by `fit_fusion`.
     """
     import numpy as np
     import torch
@@ -207,12 +258,15 @@ def quality_benchmark(
     dev_articles = load_squad(next((data_root / "squad2-dev").glob("*.json")))
     paras: list[str] = []
     gold_of: dict[tuple[int, int], int] = {}
+    span_of: list[tuple[int, int]] = []  # global paragraph index -> its article's [start, end)
     for ai, a in enumerate(dev_articles):
+        a0 = len(paras)
         for pi, p in enumerate(a.paragraphs):
             gold_of[(ai, pi)] = len(paras)
             paras.append(p)
+        span_of += [(a0, len(paras))] * len(a.paragraphs)
     ans = [
-        (q.question, gold_of[(ai, q.paragraph)])
+        (q.question, gold_of[(ai, q.paragraph)], q.answers)
         for ai, a in enumerate(dev_articles)
         for q in a.questions
         if not q.impossible
@@ -224,37 +278,77 @@ def quality_benchmark(
     ans = _sample(ans, per_class, seed)
     unans = _sample(unans, per_class, seed + 1)
     off = _sample(off, per_class, seed + 2)
-    progress(
-        f"squad2-dev: {len(paras)} paragraphs; {len(ans)} answerable, {len(unans)} unanswerable, {len(off)} "
-        f"off-corpus questions from {len(held)} held-out SQuAD 1.1 articles"
-    )
     pvec = _cached_embeddings(emb, paras, cache_dir)
-    queries = [q for q, _ in ans] + unans + off
+    queries = [q for q, _, _ in ans] + unans + off
     qvec = emb.encode(queries)
     sims = qvec @ pvec.T
     top20 = np.argsort(-sims, axis=1)[:, :20]
-    n_a, n_u = len(ans), len(unans)
-    bi_top = sims[np.arange(len(queries))[:, None], top20][:, 0].tolist()
-    table["squad2-dev AUC answerable vs off-corpus"] = {"bi-encoder": auc(bi_top[:n_a], bi_top[n_a + n_u :])}
-    table["squad2-dev AUC answerable vs unanswerable"] = {"bi-encoder": auc(bi_top[:n_a], bi_top[n_a : n_a + n_u])}
-    table["squad2-dev gold paragraph first (answerable)"] = {
-        "bi-encoder": float(np.mean([top20[i, 0] == g for i, (_, g) in enumerate(ans)]))
+    # per scored row: its query's row in `sims` and its candidate paragraphs, best cosine first; the
+    # gold-removed rows come last and reuse the answerable questions' rows
+    q_row = list(range(len(queries)))
+    cand_ids: list[list[int]] = [[int(j) for j in top20[i]] for i in range(len(queries))]
+    for i, (_, g, answers) in enumerate(ans):
+        a0, a1 = span_of[g]
+        pool = np.asarray([a0 + k for k in gold_removed_candidates(paras[a0:a1], g - a0, answers)], dtype=np.int64)
+        if pool.size:
+            q_row.append(i)
+            cand_ids.append([int(j) for j in pool[np.argsort(-sims[i, pool], kind="stable")][:20]])
+    n_a, n_u, n_q = len(ans), len(unans), len(queries)
+    n_g = len(q_row) - n_q
+    classes = {
+        "answerable": slice(0, n_a),
+        "unanswerable": slice(n_a, n_a + n_u),
+        "off-corpus": slice(n_a + n_u, n_q),
+        "gold-removed": slice(n_q, n_q + n_g),
     }
-    for spec, rr in rerankers.items():
-        t0 = time.time()
-        raw = [rr.score(q, [paras[int(j)] for j in top20[i]]) for i, q in enumerate(queries)]
-        variants = {rr.name: raw}
-        if spec in fusion:
-            variants[f"{rr.name}+bi"] = [fused(sc, sims[i, top20[i]], fusion[spec]) for i, sc in enumerate(raw)]
-        for col, all_scores in variants.items():
-            best = [float(max(sc)) for sc in all_scores]
-            first = [int(top20[i][int(np.argmax(sc))]) for i, sc in enumerate(all_scores)]
-            table["squad2-dev AUC answerable vs off-corpus"][col] = auc(best[:n_a], best[n_a + n_u :])
-            table["squad2-dev AUC answerable vs unanswerable"][col] = auc(best[:n_a], best[n_a : n_a + n_u])
-            table["squad2-dev gold paragraph first (answerable)"][col] = float(
-                np.mean([first[i] == g for i, (_, g) in enumerate(ans)])
-            )
-        progress(f"  {rr.name}: squad2-dev reranked in {time.time() - t0:.0f}s")
+    progress(
+        f"squad2-dev: {len(paras)} paragraphs; {n_a} answerable, {n_u} unanswerable, {len(off)} off-corpus "
+        f"questions from {len(held)} held-out SQuAD 1.1 articles; {n_g} gold-removed"
+    )
+    row_queries = [queries[r] for r in q_row]
+
+    def aucs(scores: dict[str, list[list[float]]], prefix: str, negatives: Sequence[str]) -> None:
+        tops = {col: [max(sc) for sc in per_q] for col, per_q in scores.items()}
+        for neg in negatives:
+            table[f"{prefix}AUC answerable vs {neg}"] = {
+                col: auc(t[classes["answerable"]], t[classes[neg]]) for col, t in tops.items()
+            }
+
+    para_scores = _candidate_scores(
+        rerankers,
+        fusion,
+        row_queries,
+        [[paras[j] for j in c] for c in cand_ids],
+        [sims[r, c] for r, c in zip(q_row, cand_ids, strict=True)],
+        "squad2-dev paragraphs",
+        progress,
+    )
+    aucs(para_scores, "squad2-dev ", ["off-corpus", "unanswerable", "gold-removed"])
+    table["squad2-dev gold paragraph first (answerable)"] = {
+        col: float(np.mean([cand_ids[i][int(np.argmax(per_q[i]))] == g for i, (_, g, _) in enumerate(ans)]))
+        for col, per_q in para_scores.items()
+    }
+
+    # snippets: windows of one or two sentences of each row's first 5 candidate paragraphs
+    snips: list[str] = []
+    snip_ids: list[list[int]] = []  # paragraph index -> its windows' indices in `snips`
+    for p in paras:
+        w = snippet_windows(p) or [p]
+        snip_ids.append(list(range(len(snips), len(snips) + len(w))))
+        snips += w
+    svec = _cached_embeddings(emb, snips, cache_dir)
+    row_snips = [[s for j in c[:5] for s in snip_ids[j]] for c in cand_ids]
+    progress(f"  snippets: {len(snips)} windows of {len(paras)} paragraphs")
+    snip_scores = _candidate_scores(
+        rerankers,
+        fusion,
+        row_queries,
+        [[snips[s] for s in ids] for ids in row_snips],
+        [svec[ids] @ qvec[r] for r, ids in zip(q_row, row_snips, strict=True)],
+        "squad2-dev snippets",
+        progress,
+    )
+    aucs(snip_scores, "snippets: ", ["unanswerable", "gold-removed", "off-corpus"])
 
     # --- strip scoring on held-out SQuAD 1.1
     strips: list[tuple[str, list[str], int]] = []
@@ -416,7 +510,7 @@ def speed_benchmark(
         variants.append(("sentence-transformers fp32", CrossEncoderReranker(torch_model, max_length=512)))
         variants.append(("torch bf16 autocast", _TorchBf16Reranker(torch_model, max_length=512)))
     for d in onnx_dirs:
-        r = OnnxCrossEncoderReranker(d, max_length=512, threads=threads)
+        r = OnnxCrossEncoderReranker(d, max_length=512, threads=threads, cache_size=0)
         variants.append((f"onnx {r.name} ({d.name})", r))
     query = "who agreed to swear fealty to the king of west francia?"
     rows: list[dict[str, Any]] = []
@@ -447,7 +541,7 @@ def speed_benchmark(
         )
         print("| variant | embed+search P50 ms | total P50 ms | total P95 ms |\n|---|---|---|---|")
         for d in onnx_dirs:
-            r = OnnxCrossEncoderReranker(d, max_length=512, threads=threads)
+            r = OnnxCrossEncoderReranker(d, max_length=512, threads=threads, cache_size=0)
 
             def full(r: OnnxCrossEncoderReranker = r) -> None:
                 index.search(emb.encode([query]), candidates)

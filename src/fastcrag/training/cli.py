@@ -41,6 +41,7 @@ def _train(args: argparse.Namespace) -> int:
         threads=args.threads,
         freeze_embeddings=not args.train_embeddings,
         include_scifact_train=not args.no_scifact_train,
+        span_weight=args.span_weight,
         pool=pool,
     )
     final = train(cfg)
@@ -110,8 +111,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     t.add_argument("--max-pairs", type=int, default=0, help="cap the training pairs (0: all)")
     t.add_argument("--threads", type=int, default=2)
     t.add_argument("--train-embeddings", action="store_true", help="also update the word-embedding matrix")
-    t.add_argument("--squad-questions", type=int, default=15000)
-    t.add_argument("--selqa-questions", type=int, default=1500)
+    t.add_argument("--span-weight", type=float, default=0.5, help="weight of the reader head's span loss")
+    t.add_argument("--squad-questions", type=int, default=0, help="SQuAD 1.1 questions used (0: all 87,599)")
+    t.add_argument("--selqa-questions", type=int, default=2375)
     t.add_argument("--medquad-questions", type=int, default=3000)
     t.add_argument("--covidqa-questions", type=int, default=1380)
     t.add_argument("--pubmedqa-questions", type=int, default=1000)

@@ -38,6 +38,8 @@ class Pair:
         label: 1.0 when the passage contains the answer, else 0.0.
         source: Where the pair came from and how it was made (e.g. `squad11:own`).
         group: The document it belongs to; train/dev splits never share a group.
+        answer: For a positive, the answer phrase as it stands in the passage (trains the reader head); empty
+            when the answer is not a span of the passage (answer-sentence data) or the pair is a negative.
     """
 
     question: str
@@ -45,6 +47,7 @@ class Pair:
     label: float
     source: str
     group: str
+    answer: str = ""
 
 
 @dataclass
@@ -69,15 +72,23 @@ class Article:
 
 @dataclass
 class PoolConfig:
-    """Sizes and mix of the pool; defaults train in well under an hour on 2 CPU cores.
+    """Sizes and mix of the pool.
+
+    Every answerable SQuAD question gives its own paragraph as a positive; the `p_*` shares say how often it
+    also gives each other kind of pair. Lengths run from a one-sentence snippet to a two-paragraph chunk.
 
     Attributes:
-        squad_questions: SQuAD 1.1 questions sampled (each yields an own-paragraph positive).
-        p_deleted: Share of those that also get their own paragraph with the answer sentence deleted as a 0.
-        p_same_article: Share that get the nearest same-article paragraph without the answer as a 0.
-        p_random: Share that get a random other-article paragraph as a 0.
-        p_sentences: Share that get (answer sentence = 1, another sentence = 0) strip pairs.
-        p_swap: Share that get an entity-swapped or negated question against its own paragraph as a 0.
+        squad_questions: SQuAD 1.1 questions used (0: all of them).
+        p_deleted: Own paragraph with the answer sentence deleted (0).
+        p_same_article: The most word-overlapping same-article paragraph without the answer (0).
+        p_random: A random other-article paragraph (0).
+        p_snippet: A one- or two-sentence snippet holding the answer (1) and one of the paragraph without it (0).
+        p_relation: A one- or two-sentence snippet from elsewhere in the article sharing the question's words,
+            without the answer: same entity, another relation or event (0).
+        p_perturbed: The own paragraph or answer snippet with a date, number, ordinal, quarter or entity that the
+            question asks about changed to another value (0): the passage now speaks of another year or entity.
+        p_swap: An entity-swapped or negated question against its own paragraph (0).
+        p_chunk: Own paragraph joined with a neighbouring one, as a long chunk (1).
         squad2_unanswerable_repeat: Times each SQuAD 2.0 unanswerable (own paragraph, 0) is repeated.
         selqa_questions: SelQA questions sampled (answer sentences = 1, two other section sentences = 0).
         medquad_questions: MedQuAD questions (answer = 1, another question type's answer on the focus = 0).
@@ -89,19 +100,22 @@ class PoolConfig:
         dev_percent: Percentage of documents (by hash of their group) held out as the dev split.
     """
 
-    squad_questions: int = 15000
-    p_deleted: float = 0.7
+    squad_questions: int = 0
+    p_deleted: float = 0.5
     p_same_article: float = 0.5
-    p_random: float = 0.15
-    p_sentences: float = 0.35
-    p_swap: float = 0.45
+    p_random: float = 0.1
+    p_snippet: float = 0.5
+    p_relation: float = 0.5
+    p_perturbed: float = 0.6
+    p_swap: float = 0.3
+    p_chunk: float = 0.1
     squad2_unanswerable_repeat: int = 4
-    selqa_questions: int = 1500
+    selqa_questions: int = 2375
     medquad_questions: int = 3000
     covidqa_questions: int = 1380
     pubmedqa_questions: int = 1000
-    scifact_positive_repeat: int = 3
-    scifact_hard_negatives: int = 4
+    scifact_positive_repeat: int = 2
+    scifact_hard_negatives: int = 3
     max_words: int = 200
     dev_percent: float = 5.0
 
@@ -257,6 +271,144 @@ def _nearest_negative(
     return best
 
 
+_QUARTERS = ("first", "second", "third", "fourth")
+_ORDINAL_RE = re.compile(r"\b(\d+)(st|nd|rd|th)\b")
+_NUMBER_RE = re.compile(r"\b\d[\d,]*(?:\.\d+)?\b")
+_QUARTER_RE = re.compile(r"\b(Q[1-4])\b|\b(first|second|third|fourth) quarter\b", re.IGNORECASE)
+
+
+def _other_number(token: str, rng: random.Random) -> str:
+    """Another number of the same shape: a year moves by 1-15 years, other numbers by 10-60%."""
+    digits = token.replace(",", "")
+    try:
+        value = float(digits)
+    except ValueError:
+        return token
+    if "." not in digits and 1000 <= value <= 2100:
+        return str(int(value) + rng.choice([-1, 1]) * rng.randint(1, 15))
+    if "." in digits:
+        return f"{value * rng.uniform(1.1, 1.6):.{len(digits.split('.')[1])}f}"
+    new = int(value) + rng.randint(1, 5)
+    if value > 9:
+        scaled = round(value * rng.choice([rng.uniform(0.4, 0.9), rng.uniform(1.1, 1.6)]))
+        new = scaled if scaled != value else new
+    return f"{new:,}" if "," in token else str(new)
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
+_ENTITY_CACHE: dict[int, tuple[Article, frozenset[str]]] = {}
+
+
+def _article_entities(article: Article) -> frozenset[str]:
+    """Named entities of an article (capitalised phrases not opening a paragraph), computed once per article."""
+    hit = _ENTITY_CACHE.get(id(article))
+    if hit is None or hit[0] is not article:
+        ents = frozenset(
+            m.group(0)
+            for para in article.paragraphs
+            for m in _ENTITY_RE.finditer(para)
+            if m.start() > 0 and not m.group(0)[0].isdigit() and len(m.group(0)) > 2
+        )
+        if len(_ENTITY_CACHE) > 2048:
+            _ENTITY_CACHE.clear()
+        hit = _ENTITY_CACHE[id(article)] = (article, ents)
+    return hit[1]
+
+
+def perturb_passage(
+    question: str, passage: str, answers: Sequence[str], article: Article, rng: random.Random
+) -> str | None:
+    """The passage with something the question asks about changed, so that it no longer answers it.
+
+    A date, number, ordinal (edition), quarter or named entity that the question and the passage share (and that
+    is not part of the answer) is replaced everywhere in the passage: by another value of the same shape for
+    numbers, ordinals and quarters, or by another entity of the article that the passage does not mention. The
+    passage then speaks of another year, edition or entity: on topic, but not the answer.
+
+    Returns:
+        The perturbed passage, or None when the question and passage share nothing that can be changed.
+    """
+    q_norm = _norm(question)
+    ans_norm = [_norm(a) for a in answers if a.strip()]
+    targets: list[tuple[str, str]] = []
+    for m in _QUARTER_RE.finditer(passage):
+        tok = m.group(0)
+        if _norm(tok) in q_norm:
+            if m.group(1):
+                new = f"Q{rng.choice([i for i in range(1, 5) if f'Q{i}' != tok.upper()])}"
+            else:
+                word = m.group(2).lower()
+                new = rng.choice([w for w in _QUARTERS if w != word]) + " quarter"
+            targets.append((tok, new))
+    for m in _ORDINAL_RE.finditer(passage):
+        tok = m.group(0)
+        if _norm(tok) in q_norm:
+            n = int(m.group(1))
+            targets.append((tok, _ordinal(max(1, n + rng.choice([-2, -1, 1, 2, 3])))))
+    for m in _NUMBER_RE.finditer(passage):
+        tok = m.group(0)
+        if re.search(rf"\b{re.escape(tok)}\b", question) and _other_number(tok, rng) != tok:
+            targets.append((tok, _other_number(tok, rng)))
+    if not targets:
+        p_norm = _norm(passage)
+        shared = {
+            m.group(0)
+            for m in _ENTITY_RE.finditer(question)
+            if m.start() > 0 and not m.group(0)[0].isdigit() and len(m.group(0)) > 2 and _norm(m.group(0)) in p_norm
+        }
+        if shared:
+            pool = {c for c in _article_entities(article) if _norm(c) not in p_norm and _norm(c) not in q_norm}
+            if pool:
+                targets.append((rng.choice(sorted(shared)), rng.choice(sorted(pool))))
+    targets = [(old, new) for old, new in targets if old != new and not any(_norm(old) in a for a in ans_norm)]
+    if not targets:
+        return None
+    old, new = rng.choice(targets)
+    out = re.sub(rf"(?<!\w){re.escape(old)}(?!\w)", new, passage)
+    # the old value must be gone; an answer that vanished with it means the edit hit the answer itself
+    answer_lost = contains_any(passage, answers) and not contains_any(out, answers)
+    if out == passage or contains_any(out, [old]) or answer_lost:
+        return None
+    return out
+
+
+def sentence_windows(sentences: Sequence[str]) -> list[tuple[int, int]]:
+    """(start, end) sentence ranges of every one- and two-sentence snippet."""
+    n = len(sentences)
+    return [(i, i + 1) for i in range(n)] + [(i, i + 2) for i in range(n - 1)]
+
+
+def article_snippets(article: Article) -> list[tuple[int, str, set[str]]]:
+    """Every one- and two-sentence snippet of an article: (paragraph index, text, word set)."""
+    out = []
+    for j, para in enumerate(article.paragraphs):
+        sents = split_sentences(para)
+        for a, b in sentence_windows(sents):
+            text = " ".join(sents[a:b])
+            out.append((j, text, _tokens(text)))
+    return out
+
+
+def _relation_snippet(
+    qtok: set[str], snippets: Sequence[tuple[int, str, set[str]]], own: int, answers: Sequence[str], rng: random.Random
+) -> str | None:
+    """One of the three snippets of other paragraphs sharing most question words, without the answer."""
+    ranked = sorted(
+        ((_overlap(qtok, toks), text) for j, text, toks in snippets if j != own and qtok & toks),
+        key=lambda t: -t[0],
+    )
+    best = [text for _, text in ranked[:10] if not contains_any(text, answers)][:3]
+    return rng.choice(best) if best else None
+
+
+def _answer_in(passage: str, answers: Sequence[str]) -> str:
+    """The first answer that stands in the passage (the reader's span target), else empty."""
+    return next((a for a in answers if a.strip() and _norm(a) in _norm(passage)), "")
+
+
 def squad_pairs(
     articles: Sequence[Article],
     cfg: PoolConfig,
@@ -266,12 +418,10 @@ def squad_pairs(
     n_questions: int | None = None,
     skip_ids: set[str] | None = None,
 ) -> list[Pair]:
-    """Answerability pairs from SQuAD articles.
+    """Answerability pairs from SQuAD articles (see `PoolConfig` for the kinds and their shares).
 
-    Answerable questions give: own paragraph = 1; own paragraph with the answer sentence deleted = 0; the
-    most word-overlapping same-article paragraph without the answer = 0; a random other-article paragraph = 0;
-    answer sentence = 1 vs another sentence of the paragraph = 0; an entity-swapped or negated question vs
-    its own paragraph = 0. Unanswerable (SQuAD 2.0) questions give own paragraph = 0, repeated.
+    Positives carry their answer phrase for the reader head. Unanswerable (SQuAD 2.0) questions give their
+    own paragraph = 0, repeated.
     """
     skip_ids = skip_ids or set()
     out: list[Pair] = []
@@ -281,35 +431,66 @@ def squad_pairs(
     if n_questions is not None:
         answerable = answerable[:n_questions]
     tok_cache: dict[int, list[set[str]]] = {}
+    snippet_cache: dict[int, list[tuple[int, str, set[str]]]] = {}
     mw = cfg.max_words
     for a, q in answerable:
         para = a.paragraphs[q.paragraph]
         grp = f"{source}:{a.title}"
-        out.append(Pair(q.question, clip_words(para, mw), 1.0, f"{source}:own", grp))
+        qtok = _tokens(q.question)
+
+        def add(passage: str, label: float, kind: str, q: QAItem = q, grp: str = grp) -> None:
+            text = clip_words(passage, mw)
+            answer = _answer_in(text, q.answers) if label >= 0.5 else ""
+            if label < 0.5 or answer:  # a positive whose answer was clipped away is no positive
+                out.append(Pair(q.question, text, label, f"{source}:{kind}", grp, answer))
+
+        add(para, 1.0, "own")
         sents = split_sentences(para)
         ai = answer_sentence_index(sents, q.answers)
         if ai is not None and len(sents) > 1 and rng.random() < cfg.p_deleted:
             rest = " ".join(s for i, s in enumerate(sents) if i != ai)
             if not contains_any(rest, q.answers):
-                out.append(Pair(q.question, clip_words(rest, mw), 0.0, f"{source}:deleted", grp))
+                add(rest, 0.0, "deleted")
         if rng.random() < cfg.p_same_article and len(a.paragraphs) > 1:
-            toks = tok_cache.setdefault(id(a), [_tokens(p) for p in a.paragraphs])
-            neg = _nearest_negative(_tokens(q.question), a, q.paragraph, q.answers, toks)
+            if id(a) not in tok_cache:
+                tok_cache[id(a)] = [_tokens(p) for p in a.paragraphs]
+            toks = tok_cache[id(a)]
+            neg = _nearest_negative(qtok, a, q.paragraph, q.answers, toks)
             if neg is not None:
-                out.append(Pair(q.question, clip_words(neg, mw), 0.0, f"{source}:same_article", grp))
+                add(neg, 0.0, "same_article")
         if rng.random() < cfg.p_random and len(articles) > 1:
             other = rng.choice(articles)
             if other is not a and other.paragraphs:
-                out.append(Pair(q.question, clip_words(rng.choice(other.paragraphs), mw), 0.0, f"{source}:random", grp))
-        if ai is not None and len(sents) > 1 and rng.random() < cfg.p_sentences:
-            others = [s for i, s in enumerate(sents) if i != ai and not contains_any(s, q.answers)]
+                add(rng.choice(other.paragraphs), 0.0, "random")
+        snippet = ""
+        if ai is not None and rng.random() < cfg.p_snippet:
+            windows = [(x, y) for x, y in sentence_windows(sents) if x <= ai < y]
+            x, y = rng.choice(windows)
+            snippet = " ".join(sents[x:y])
+            add(snippet, 1.0, "snippet_pos")
+            others = [s for s in sents if not contains_any(s, q.answers)]
             if others:
-                out.append(Pair(q.question, sents[ai], 1.0, f"{source}:sentence_pos", grp))
-                out.append(Pair(q.question, rng.choice(others), 0.0, f"{source}:sentence_neg", grp))
+                add(rng.choice(others), 0.0, "snippet_neg")
+        if rng.random() < cfg.p_relation and len(a.paragraphs) > 1:
+            if id(a) not in snippet_cache:
+                snippet_cache[id(a)] = article_snippets(a)
+            snippets = snippet_cache[id(a)]
+            rel = _relation_snippet(qtok, snippets, q.paragraph, q.answers, rng)
+            if rel is not None:
+                add(rel, 0.0, "relation")
+        if rng.random() < cfg.p_perturbed:
+            base = snippet if snippet and rng.random() < 0.5 else para
+            changed = perturb_passage(q.question, base, q.answers, a, rng)
+            if changed is not None:
+                add(changed, 0.0, "perturbed")
         if rng.random() < cfg.p_swap:
             swapped = swap_question(q.question, a, para, rng)
             if swapped is not None and swapped != q.question:
                 out.append(Pair(swapped, clip_words(para, mw), 0.0, f"{source}:swap", grp))
+        if rng.random() < cfg.p_chunk and len(a.paragraphs) > 1:
+            j = q.paragraph + 1 if q.paragraph + 1 < len(a.paragraphs) else q.paragraph - 1
+            pieces = [para, a.paragraphs[j]] if j > q.paragraph else [a.paragraphs[j], para]
+            add(" ".join(pieces), 1.0, "chunk")
     for a, q in items:
         if q.impossible:
             grp = f"{source}:{a.title}"
@@ -410,7 +591,7 @@ def covidqa_pairs(path: Path, n_questions: int, rng: random.Random, chunk: int =
         if not pos:
             continue
         grp = f"covidqa:{title}"
-        out.append(Pair(q.question, pos[0], 1.0, "covidqa:pos", grp))
+        out.append(Pair(q.question, pos[0], 1.0, "covidqa:pos", grp, _answer_in(pos[0], q.answers)))
         if negs:
             out.append(Pair(q.question, rng.choice(negs), 0.0, "covidqa:neg", grp))
     return out
@@ -490,7 +671,7 @@ def beir_pairs(
 
 
 def jsonl_pairs(path: Path, source: str = "user") -> list[Pair]:
-    """A simple JSONL of `{"question", "passage", "label"}`; an optional `group` (default: passage hash)."""
+    """A JSONL of `{"question", "passage", "label"}`; optional `group` (default: passage hash) and `answer`."""
     out: list[Pair] = []
     for i, row in enumerate(_iter_jsonl(path)):
         try:
@@ -500,7 +681,8 @@ def jsonl_pairs(path: Path, source: str = "user") -> list[Pair]:
         if not 0.0 <= lab <= 1.0:
             raise ValueError(f"{path}:{i + 1}: label must be in [0, 1], got {lab}")
         grp = str(row.get("group") or hashlib.sha1(p.encode("utf-8")).hexdigest()[:12])
-        out.append(Pair(q, p, lab, f"{source}:jsonl", f"{source}:{grp}"))
+        answer = str(row.get("answer") or "") if lab >= 0.5 else ""
+        out.append(Pair(q, p, lab, f"{source}:jsonl", f"{source}:{grp}", answer if answer in p else ""))
     return out
 
 
@@ -576,7 +758,7 @@ def build_pool(
         train = data_root / "train"
         sq11 = squad11_articles(data_root)
         sq11 = [a for a in sq11 if a.title not in EXCLUDED_TITLES]
-        pairs += squad_pairs(sq11, cfg, rng, source="squad11", n_questions=cfg.squad_questions)
+        pairs += squad_pairs(sq11, cfg, rng, source="squad11", n_questions=cfg.squad_questions or None)
         sq2 = load_squad(train / "squad2-train-first10" / "train-v2.0.json")
         force_train |= {f"squad11:{a.title}" for a in sq2}
         # Answerable SQuAD 2.0 questions duplicate SQuAD 1.1; keep only the unanswerables from it.
@@ -634,7 +816,14 @@ def write_pairs(path: Path, pairs: Iterable[Pair]) -> None:
 def read_pairs(path: Path) -> list[Pair]:
     """Read pairs written by `write_pairs`."""
     return [
-        Pair(str(r["question"]), str(r["passage"]), float(r["label"]), str(r["source"]), str(r["group"]))
+        Pair(
+            str(r["question"]),
+            str(r["passage"]),
+            float(r["label"]),
+            str(r["source"]),
+            str(r["group"]),
+            str(r.get("answer", "")),
+        )
         for r in _iter_jsonl(path)
     ]
 

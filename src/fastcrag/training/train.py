@@ -1,4 +1,4 @@
-"""Fine-tune a one-logit cross-encoder grader: seeded, length-bucketed, bf16 autocast, resumable."""
+"""Fine-tune the grader-reader (relevance logit + answer span, one pass): seeded, length-bucketed, resumable."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ class TrainConfig:
         lr: Peak learning rate (linear warm-up, then linear decay to 0).
         warmup: Share of steps used for warm-up.
         max_length: Token limit of a (question, passage) pair.
-        bf16: Use bfloat16 autocast (CPU or CUDA).
+        bf16: Use bfloat16 autocast where the hardware supports it (CUDA, or a CPU with AVX-512); else fp32.
         checkpoint_every: Steps between checkpoints.
         max_minutes: Time budget: the learning rate decays with the clock and training stops (after
             checkpointing) when it is spent; 0 for a purely step-based schedule over the whole pool.
@@ -42,6 +42,7 @@ class TrainConfig:
         freeze_embeddings: Keep the word-embedding matrix (half of MiniLM's weights) fixed: much less
             optimizer work per step on a CPU, little quality cost.
         include_scifact_train: Add SciFact train qrels (never the test split).
+        span_weight: Weight of the reader head's start/end cross-entropy beside the relevance loss.
         pool: Pool sizes and mix.
     """
 
@@ -62,6 +63,7 @@ class TrainConfig:
     threads: int = 2
     freeze_embeddings: bool = True
     include_scifact_train: bool = True
+    span_weight: float = 0.5
     pool: PoolConfig = field(default_factory=PoolConfig)
 
 
@@ -69,6 +71,18 @@ def _device() -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def bf16_supported(device: str) -> bool:
+    """Whether bfloat16 autocast is fast here: a CUDA device with bf16, or a CPU with AVX-512 (BF16/AMX paths).
+
+    On a CPU with only AVX2, bf16 is emulated and a training step runs about 15x slower than in fp32.
+    """
+    import torch
+
+    if device == "cuda":
+        return bool(torch.cuda.is_bf16_supported())
+    return torch.backends.cpu.get_cpu_capability().startswith("AVX512")
 
 
 def length_bucketed_batches(lengths: Sequence[int], batch_size: int, seed: int, epoch: int) -> list[list[int]]:
@@ -193,15 +207,77 @@ def _auc(labels: Sequence[float], scores: Sequence[float]) -> float:
     return float((r[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
-def predict_logits(
-    model: Any, tokenizer: Any, pairs: Sequence[tuple[str, str]], max_length: int, batch_size: int, bf16: bool
-) -> list[float]:
-    """Raw logits of a sequence-classification model over (question, passage) pairs, length-sorted."""
+@dataclass(frozen=True)
+class Encoded:
+    """Tokenised pairs with their reader targets ((0, 0) = no answer; -100 = no span to learn from)."""
+
+    input_ids: list[list[int]]
+    type_ids: list[list[int]]
+    starts: list[int]
+    ends: list[int]
+    keep: list[int]
+
+
+def encode_pairs(tokenizer: Any, pairs: Sequence[Pair], max_length: int) -> Encoded:
+    """Tokenise (question, passage) pairs and locate each positive's answer span in tokens.
+
+    Negatives target [CLS] (no answer); positives without an answer phrase (answer-sentence data) give no
+    span loss; a positive whose answer was truncated away is dropped (index not in `keep`).
+    """
+    from fastcrag.training.model import find_answer, span_targets
+
+    enc = tokenizer(
+        [p.question for p in pairs],
+        [p.passage for p in pairs],
+        truncation=True,
+        max_length=max_length,
+        return_offsets_mapping=True,
+    )
+    starts, ends, keep = [], [], []
+    for i, p in enumerate(pairs):
+        s = e = 0
+        if p.label >= 0.5:
+            s = e = -100
+            a, b = find_answer(p.passage, p.answer)
+            if a >= 0:
+                s, e = span_targets(enc["offset_mapping"][i], enc.sequence_ids(i), a, b)
+                if s < 0:
+                    continue
+        starts.append(s)
+        ends.append(e)
+        keep.append(i)
+    return Encoded([enc["input_ids"][i] for i in keep], [enc["token_type_ids"][i] for i in keep], starts, ends, keep)
+
+
+def _batch_tensors(
+    ids_list: Sequence[list[int]], types_list: Sequence[list[int]], pad: int, width: int
+) -> tuple[Any, Any, Any]:
     import torch
+
+    ids = torch.full((len(ids_list), width), pad, dtype=torch.long)
+    tt = torch.zeros((len(ids_list), width), dtype=torch.long)
+    am = torch.zeros((len(ids_list), width), dtype=torch.long)
+    for r, (x, t) in enumerate(zip(ids_list, types_list, strict=True)):
+        n = min(len(x), width)
+        ids[r, :n] = torch.tensor(x[:n])
+        tt[r, :n] = torch.tensor(t[:n])
+        am[r, :n] = 1
+    return ids, tt, am
+
+
+def predict_heads(
+    model: Any, tokenizer: Any, pairs: Sequence[tuple[str, str]], max_length: int, batch_size: int, bf16: bool
+) -> tuple[list[float], list[float]]:
+    """Relevance logits and span margins (best span minus no-answer) of (question, passage) pairs."""
+    import torch
+
+    from fastcrag.reader import span_margins
+    from fastcrag.training.model import passage_masks
 
     device = next(model.parameters()).device
     order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0]) + len(pairs[i][1]))
-    out = [0.0] * len(pairs)
+    rel_out = [0.0] * len(pairs)
+    margin_out = [0.0] * len(pairs)
     model.eval()
     with torch.inference_mode(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
         for s in range(0, len(order), batch_size):
@@ -214,43 +290,82 @@ def predict_logits(
                 padding=True,
                 return_tensors="pt",
             ).to(device)
-            logits = model(**enc).logits.float().view(-1).tolist()
-            for i, v in zip(idx, logits, strict=True):
-                out[i] = v
-    return out
+            rel, st, en = model(enc["input_ids"], enc["attention_mask"], enc["token_type_ids"])
+            masks = passage_masks(enc["token_type_ids"], enc["attention_mask"]).cpu().numpy()
+            margins = span_margins(st.float().cpu().numpy(), en.float().cpu().numpy(), masks)
+            for i, r, (_, _, m) in zip(idx, rel.float().cpu().tolist(), margins, strict=True):
+                rel_out[i] = r
+                margin_out[i] = m if math.isfinite(m) else -30.0
+    return rel_out, margin_out
+
+
+def fit_grade_fusion(rel: Sequence[float], margin: Sequence[float], labels: Sequence[float]) -> dict[str, float]:
+    """Logistic regression of the label on (relevance logit, span margin): the grade's combination weights."""
+    import numpy as np
+    from sklearn.linear_model import LogisticRegression
+
+    x = np.stack([np.asarray(rel, dtype=np.float64), np.clip(np.asarray(margin, dtype=np.float64), -30, 30)], 1)
+    lr = LogisticRegression(C=1.0).fit(x, np.asarray(labels) >= 0.5)
+    return {"relevance": float(lr.coef_[0][0]), "span": float(lr.coef_[0][1]), "bias": float(lr.intercept_[0])}
+
+
+def fused_logits(rel: Sequence[float], margin: Sequence[float], w: dict[str, float]) -> list[float]:
+    """The grade's logit: w.relevance * relevance + w.span * clip(margin) + w.bias."""
+    return [
+        w["relevance"] * r + w["span"] * max(-30.0, min(30.0, m)) + w["bias"] for r, m in zip(rel, margin, strict=True)
+    ]
 
 
 def evaluate_dev(
-    model: Any, tokenizer: Any, dev: Sequence[Pair], cfg: TrainConfig, limit: int = 3000
-) -> dict[str, Any]:
-    """AUC on the dev pool overall and per source family (only families with both labels)."""
+    model: Any, tokenizer: Any, dev: Sequence[Pair], cfg: TrainConfig, limit: int = 4000
+) -> tuple[dict[str, Any], dict[str, float]]:
+    """Fit the grade fusion on the dev split, and report AUCs of each head and the grade, per source family.
+
+    The fusion is fitted on the first half of the dev sample and every AUC is measured on the second half.
+
+    Returns:
+        (metrics, fusion weights).
+    """
     sample = list(dev[:limit])
-    logits = predict_logits(model, tokenizer, [(p.question, p.passage) for p in sample], cfg.max_length, 64, cfg.bf16)
-    res: dict[str, Any] = {"pairs": len(sample), "auc": _auc([p.label for p in sample], logits)}
-    fams: dict[str, list[int]] = {}
-    for i, p in enumerate(sample):
-        fams.setdefault(p.source.split(":")[0], []).append(i)
-    for fam, idx in sorted(fams.items()):
-        a = _auc([sample[i].label for i in idx], [logits[i] for i in idx])
+    rel, margin = predict_heads(
+        model, tokenizer, [(p.question, p.passage) for p in sample], cfg.max_length, 64, cfg.bf16
+    )
+    labels = [p.label for p in sample]
+    half = len(sample) // 2
+    fusion = fit_grade_fusion(rel[:half], margin[:half], labels[:half])
+    grade = fused_logits(rel, margin, fusion)
+    held = range(half, len(sample))
+    res: dict[str, Any] = {"pairs": len(sample), "fusion_fit_pairs": half, "fusion": fusion}
+    for name, vals in (("relevance", rel), ("span", margin), ("grade", grade)):
+        res[f"auc_{name}"] = _auc([labels[i] for i in held], [vals[i] for i in held])
+    groups: dict[str, list[int]] = {}
+    for i in held:
+        p = sample[i]
+        groups.setdefault(p.source.split(":")[0], []).append(i)
+        kind = p.source.split(":")[-1]
+        if p.label >= 0.5 and kind == "own":
+            groups.setdefault("own_vs_hard", []).append(i)
+        elif kind in ("deleted", "perturbed", "relation", "same_article", "swap", "unanswerable"):
+            groups.setdefault("own_vs_hard", []).append(i)
+    for fam, idx in sorted(groups.items()):
+        a = _auc([labels[i] for i in idx], [grade[i] for i in idx])
         if not math.isnan(a):
-            res[f"auc_{fam}"] = a
-    # answerability slice: own paragraph (1) vs deleted/swap/unanswerable on the same paragraph (0)
-    idx = [i for i, p in enumerate(sample) if p.source.split(":")[-1] in ("own", "deleted", "swap", "unanswerable")]
-    res["auc_own_vs_answer_removed"] = _auc([sample[i].label for i in idx], [logits[i] for i in idx])
-    return res
+            res[f"auc_grade_{fam}"] = a
+    return res, fusion
 
 
 def train(cfg: TrainConfig) -> Path:
     """Run (or resume) training and write the final model to `<output_dir>/final`.
 
     Returns:
-        The folder of the final model (Hugging Face format, loadable by sentence-transformers `CrossEncoder`).
+        The folder of the final model: encoder (Hugging Face format), heads, tokenizer and grade fusion.
     """
     import torch
     from tqdm.auto import tqdm
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from fastcrag.embeddings import packaged_minilm_path
+    from fastcrag.training.model import build_model, passage_masks, save_model
 
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -261,36 +376,37 @@ def train(cfg: TrainConfig) -> Path:
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     device = _device()
+    if cfg.bf16 and not bf16_supported(device):
+        print(
+            f"bf16 autocast is emulated on this {device} ({torch.backends.cpu.get_cpu_capability()}): training in fp32"
+        )
+        cfg.bf16 = False
 
     train_pairs, dev_pairs = _prepare_pool(cfg, out)
     tokenizer = AutoTokenizer.from_pretrained(base, local_files_only=True)
     t0 = time.time()
-    enc = tokenizer(
-        [p.question for p in train_pairs],
-        [p.passage for p in train_pairs],
-        truncation=True,
-        max_length=cfg.max_length,
+    data = encode_pairs(tokenizer, train_pairs, cfg.max_length)
+    lengths = [len(x) for x in data.input_ids]
+    labels = [train_pairs[i].label for i in data.keep]
+    print(
+        f"tokenised {len(lengths)} pairs in {time.time() - t0:.0f}s ({len(train_pairs) - len(lengths)} positives "
+        f"dropped: answer truncated); mean length {sum(lengths) / max(1, len(lengths)):.0f}"
     )
-    input_ids: list[list[int]] = enc["input_ids"]
-    type_ids: list[list[int]] = enc["token_type_ids"]
-    lengths = [len(x) for x in input_ids]
-    labels = [p.label for p in train_pairs]
-    print(f"tokenised {len(lengths)} pairs in {time.time() - t0:.0f}s; mean length {sum(lengths) / len(lengths):.0f}")
 
-    model = AutoModelForSequenceClassification.from_pretrained(base, num_labels=1, local_files_only=True)
+    model = build_model(base)
     model.to(device)
     if cfg.freeze_embeddings:
-        model.get_input_embeddings().weight.requires_grad_(False)
+        model.encoder.get_input_embeddings().weight.requires_grad_(False)
     no_decay = ("bias", "LayerNorm.weight")
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     groups = [
         {
-            "params": [p for n, p in model.named_parameters() if p.requires_grad and not n.endswith(no_decay)],
+            "params": [p for n, p in params if n.startswith("encoder.") and not n.endswith(no_decay)],
             "weight_decay": 0.01,
         },
-        {
-            "params": [p for n, p in model.named_parameters() if p.requires_grad and n.endswith(no_decay)],
-            "weight_decay": 0.0,
-        },
+        {"params": [p for n, p in params if n.startswith("encoder.") and n.endswith(no_decay)], "weight_decay": 0.0},
+        # the heads start from scratch: a larger learning rate
+        {"params": [p for n, p in params if not n.startswith("encoder.")], "weight_decay": 0.0, "scale": 5.0},
     ]
     optimizer = torch.optim.AdamW(groups, lr=cfg.lr)
     plan = [b for e in range(cfg.epochs) for b in length_bucketed_batches(lengths, cfg.batch_size, cfg.seed, e)]
@@ -300,7 +416,8 @@ def train(cfg: TrainConfig) -> Path:
     if (ckpt / "state.json").exists():
         step, elapsed0 = _load_checkpoint(ckpt, model, optimizer)
         print(f"resumed from step {step}/{total} ({elapsed0 / 60:.1f} min already trained)")
-    loss_fn = torch.nn.BCEWithLogitsLoss()
+    bce = torch.nn.BCEWithLogitsLoss()
+    ce = torch.nn.CrossEntropyLoss(ignore_index=-100)
     pad = int(tokenizer.pad_token_id or 0)
     model.train()
     start = time.time()
@@ -312,21 +429,21 @@ def train(cfg: TrainConfig) -> Path:
         batch = plan[step]
         # Round widths up to a multiple of 32: oneDNN compiles kernels per shape, so few shapes train faster.
         width = min(-(-max(lengths[i] for i in batch) // 32) * 32, max(cfg.max_length, 32))
-        ids = torch.full((len(batch), width), pad, dtype=torch.long)
-        tt = torch.zeros((len(batch), width), dtype=torch.long)
-        am = torch.zeros((len(batch), width), dtype=torch.long)
-        for r, i in enumerate(batch):
-            n = lengths[i]
-            ids[r, :n] = torch.tensor(input_ids[i])
-            tt[r, :n] = torch.tensor(type_ids[i])
-            am[r, :n] = 1
+        ids, tt, am = _batch_tensors([data.input_ids[i] for i in batch], [data.type_ids[i] for i in batch], pad, width)
+        ids, tt, am = ids.to(device), tt.to(device), am.to(device)
         y = torch.tensor([labels[i] for i in batch], dtype=torch.float32, device=device)
+        ys = torch.tensor([data.starts[i] for i in batch], dtype=torch.long, device=device)
+        ye = torch.tensor([data.ends[i] for i in batch], dtype=torch.long, device=device)
         progress = progress_of(step, total, elapsed0 + time.time() - start, cfg.max_minutes)
         for g in optimizer.param_groups:
-            g["lr"] = lr_at(progress, cfg.lr, cfg.warmup)
+            g["lr"] = lr_at(progress, cfg.lr, cfg.warmup) * g.get("scale", 1.0)
         with torch.autocast(device, dtype=torch.bfloat16, enabled=cfg.bf16):
-            logits = model(input_ids=ids.to(device), token_type_ids=tt.to(device), attention_mask=am.to(device)).logits
-        loss = loss_fn(logits.float().view(-1), y)
+            rel, st, en = model(input_ids=ids, attention_mask=am, token_type_ids=tt)
+        allowed = passage_masks(tt, am)
+        allowed[:, 0] = True  # [CLS]: no answer
+        st = st.float().masked_fill(~allowed, -1e4)
+        en = en.float().masked_fill(~allowed, -1e4)
+        loss = bce(rel.float(), y) + cfg.span_weight * (ce(st, ys) + ce(en, ye)) / 2
         loss.backward()
         torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
         optimizer.step()
@@ -350,16 +467,15 @@ def train(cfg: TrainConfig) -> Path:
     elapsed = elapsed0 + time.time() - start
     final = out / "final"
     model.eval()
-    model.save_pretrained(str(final), safe_serialization=True)
-    tokenizer.save_pretrained(str(final))
-    dev_metrics = evaluate_dev(model, tokenizer, dev_pairs, cfg) if dev_pairs else {}
+    dev_metrics, fusion = evaluate_dev(model, tokenizer, dev_pairs, cfg) if dev_pairs else ({}, None)
+    save_model(model, tokenizer, final, fusion)
     summary = {
         "steps": step,
         "total_steps": total,
         "stopped_by_time_budget": stopped_early,
         "pairs_seen": step * cfg.batch_size,
         "train_minutes": round(elapsed / 60, 2),
-        "train_pairs": len(train_pairs),
+        "train_pairs": len(lengths),
         "pairs_per_s": round(step * cfg.batch_size / max(1e-9, elapsed), 1),
         "device": device,
         "dev": dev_metrics,
@@ -370,28 +486,43 @@ def train(cfg: TrainConfig) -> Path:
 
 
 def export_onnx(model_dir: Path, onnx_path: Path, opset: int = 17) -> None:
-    """Export a one-logit sequence-classification model to ONNX (fp32, dynamic batch and sequence axes)."""
-    import torch
-    from transformers import AutoModelForSequenceClassification
+    """Export the grader-reader to ONNX (fp32, dynamic batch and sequence axes).
 
-    model = AutoModelForSequenceClassification.from_pretrained(str(model_dir), local_files_only=True)
-    model.eval()
-    model.config.return_dict = False
+    Outputs: `logits` (batch, 1) relevance, `start_logits` and `end_logits` (batch, sequence) of the reader.
+    """
+    import torch
+
+    from fastcrag.training.model import build_model
+
+    inner = build_model(model_dir)
+    inner.eval()
+
+    class Export(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> tuple[Any, Any, Any]:
+            rel, st, en = self.inner(input_ids, attention_mask, token_type_ids)
+            return rel.unsqueeze(-1), st, en
+
     ids = torch.ones((2, 16), dtype=torch.long)
     onnx_path.parent.mkdir(parents=True, exist_ok=True)
     axes = {0: "batch", 1: "sequence"}
     with torch.inference_mode():
         torch.onnx.export(
-            model,
+            Export().eval(),
             (ids, ids.clone(), torch.zeros_like(ids)),
             str(onnx_path),
             input_names=["input_ids", "attention_mask", "token_type_ids"],
-            output_names=["logits"],
+            output_names=["logits", "start_logits", "end_logits"],
             dynamic_axes={
                 "input_ids": axes,
                 "attention_mask": axes,
                 "token_type_ids": axes,
                 "logits": {0: "batch"},
+                "start_logits": axes,
+                "end_logits": axes,
             },
             opset_version=opset,
             dynamo=False,
@@ -417,7 +548,8 @@ def export_grader(
 ) -> Path:
     """Package a trained model as an ONNX grader folder loadable by `fastcrag.reranker.load_reranker`.
 
-    Writes `model.onnx` (int8 when `int8`), `tokenizer.json` and `fastcrag_model.json` into `dest`.
+    Writes `model.onnx` (int8 when `int8`), `tokenizer.json` and `fastcrag_model.json` (with the grade fusion
+    fitted on the run's dev split) into `dest`.
 
     Returns:
         `dest`.
@@ -439,8 +571,14 @@ def export_grader(
         "format": "onnx-int8-dynamic-per-channel" if int8 else "onnx-fp32",
         "max_length": max_length,
         "activation": "sigmoid",
-        "labels": "1 = the passage contains the answer",
+        "labels": "1 = the passage states the answer",
+        "reader": True,
     }
+    from fastcrag.training.model import read_fusion
+
+    fusion = read_fusion(model_dir)
+    if fusion is not None:
+        meta["grade"] = fusion
     if train_dir is not None and (train_dir / "train_config.json").exists():
         cfg = json.loads((train_dir / "train_config.json").read_text(encoding="utf-8"))
         meta["dev_percent"] = cfg["pool"]["dev_percent"]

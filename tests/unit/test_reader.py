@@ -1,0 +1,86 @@
+"""The reader head's span decoding and the extractive reader generator, with a scripted reader."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from fastcrag.generation import ExtractiveGenerator, answer_with_sentence
+from fastcrag.reader import Span, best_span, is_reader, span_margins
+from fastcrag.training.model import find_answer, span_targets
+
+PASSAGE = "The Normans came from Normandy. Their leader Rollo swore fealty to Charles III. They settled in France."
+
+
+class ScriptedReader:
+    """Reads the first span listed for a passage; scores every passage 0.9."""
+
+    name = "scripted-reader"
+    has_reader = True
+
+    def __init__(self, spans: dict[str, float]) -> None:
+        self.spans = spans
+
+    def score(self, query: str, texts: Sequence[str]) -> list[float]:
+        return [0.9 for _ in texts]
+
+    def read(self, query: str, texts: Sequence[str]) -> list[Span | None]:
+        out: list[Span | None] = []
+        for t in texts:
+            hit = next(((p, s) for p, s in self.spans.items() if p in t), None)
+            out.append(Span(hit[0], t.index(hit[0]), t.index(hit[0]) + len(hit[0]), hit[1]) if hit else None)
+        return out
+
+
+def test_best_span_respects_mask_order_and_length() -> None:
+    start = np.array([5.0, 0.0, 3.0, 0.0, 9.0])
+    end = np.array([5.0, 0.0, 1.0, 4.0, -9.0])
+    mask = np.array([False, True, True, True, True])
+    i, j, logit = best_span(start, end, mask)
+    # position 0 ([CLS]) is masked; (4, 4) has a bad end; end before start is never chosen
+    assert (i, j) == (2, 3) and logit == pytest.approx(7.0)
+    assert best_span(start, end, mask, max_tokens=1)[:2] == (2, 2)
+    assert best_span(start, end, np.zeros(5, dtype=bool))[0] == -1
+
+
+def test_span_margin_is_relative_to_no_answer() -> None:
+    start = np.array([2.0, 1.0, 0.0])
+    end = np.array([2.0, 0.0, 1.0])
+    ((i, j, margin),) = span_margins([start], [end], [np.array([False, True, True])])
+    assert (i, j) == (1, 2) and margin == pytest.approx(2.0 - 4.0)
+
+
+def test_answer_targets_map_characters_to_tokens() -> None:
+    assert find_answer(PASSAGE, "rollo") == (PASSAGE.index("Rollo"), PASSAGE.index("Rollo") + 5)
+    assert find_answer(PASSAGE, "Vikings") == (-1, -1)
+    offsets = [(0, 0), (0, 3), (0, 0), (0, 3), (4, 11), (12, 16), (0, 0)]
+    seq = [None, 0, None, 1, 1, 1, None]
+    assert span_targets(offsets, seq, 4, 16) == (4, 5)
+    assert span_targets(offsets, seq, 40, 45) == (-1, -1)  # truncated away
+
+
+def test_reader_generator_picks_best_span_and_cites_it() -> None:
+    reader = ScriptedReader({"Rollo": 0.8, "Paris": 0.6})
+    assert is_reader(reader)
+    gen = ExtractiveGenerator(reader, reader_threshold=0.5)
+    passages = [{"text": "Paris is in France."}, {"text": PASSAGE}]
+    answer = gen.generate("Who swore fealty?", passages)
+    assert answer.used == [1]
+    assert answer.text == "Rollo\n\nTheir leader Rollo swore fealty to Charles III."
+
+
+def test_reader_generator_abstains_below_threshold() -> None:
+    gen = ExtractiveGenerator(ScriptedReader({"Rollo": 0.2}), reader_threshold=0.5)
+    with pytest.raises(ValueError, match="reader threshold"):
+        gen.generate("Who swore fealty?", [{"text": PASSAGE}])
+    with pytest.raises(ValueError, match="no answer span"):
+        gen.generate("Who swore fealty?", [{"text": "Nothing here."}])
+
+
+def test_answer_with_sentence_finds_the_sentence_of_the_span() -> None:
+    text = "Rollo came.  Later,\nRollo swore fealty. Rollo died."
+    at = text.index("Rollo swore")
+    assert answer_with_sentence(Span("Rollo", at, at + 5, 0.9), text) == "Rollo\n\nLater, Rollo swore fealty."
+    assert answer_with_sentence(Span("Rollo came.", 0, 11, 0.9), text) == "Rollo came."
