@@ -133,12 +133,18 @@ class ExtractiveGenerator:
         self.reranker = reranker
         self.reader_threshold = reader_threshold or 0.0
 
-    def generate(self, question: str, passages: Sequence[Mapping[str, Any]]) -> Answer:
-        """The best span and its sentence (a reader), else the best strip; refined strips keep their scores."""
+    def generate(self, question: str, passages: Sequence[Mapping[str, Any]], *, abstain: bool = True) -> Answer:
+        """The best span and its sentence (a reader), else the best strip; refined strips keep their scores.
+
+        Args:
+            question: The user's question.
+            passages: Dicts with `text` (and `score`, `strip` for refined strips).
+            abstain: False for plain RAG: answer with the best span even below `reader_threshold`.
+        """
         if not passages:
             raise ValueError("no passage text to extract from")
         if is_reader(self.reranker):
-            return self._read(question, passages)
+            return self._read(question, passages, self.reader_threshold if abstain else 0.0)
         strips: list[tuple[float, str, int]] = []
         to_score: list[tuple[str, int]] = []
         for i, p in enumerate(passages):
@@ -154,22 +160,29 @@ class ExtractiveGenerator:
         _, text, index = max(strips, key=lambda t: t[0])
         return Answer(text, [index])
 
-    def _read(self, question: str, passages: Sequence[Mapping[str, Any]]) -> Answer:
+    def _read(self, question: str, passages: Sequence[Mapping[str, Any]], threshold: float) -> Answer:
         texts = [str(p["text"]) for p in passages]
         spans = self.reranker.read(question, texts)  # type: ignore[attr-defined]
         found = [(s, i) for i, s in enumerate(spans) if isinstance(s, Span) and s.text.strip()]
         if not found:
             raise ValueError("the reader found no answer span in the passages")
         span, index = max(found, key=lambda t: t[0].score)
-        if span.score < self.reader_threshold:
-            raise ValueError(
-                f"no answer span reaches the reader threshold ({span.score:.3f} < {self.reader_threshold:.3f})"
-            )
+        if span.score < threshold:
+            raise ValueError(f"no answer span reaches the reader threshold ({span.score:.3f} < {threshold:.3f})")
         return Answer(answer_with_sentence(span, texts[index]), [index])
 
     def rewrite(self, question: str) -> str:
         """The extractive generator has no language model to rewrite with."""
         raise NotImplementedError("the extractive generator cannot rewrite queries (no language model)")
+
+
+def generate_answer(
+    generator: Generator, question: str, passages: Sequence[Mapping[str, Any]], *, abstain: bool = True
+) -> Answer:
+    """Run `generator`; with `abstain` false (plain RAG) the extractive reader answers even below its threshold."""
+    if not abstain and isinstance(generator, ExtractiveGenerator):
+        return generator.generate(question, passages, abstain=False)
+    return generator.generate(question, passages)
 
 
 def answer_with_sentence(span: Span, passage: str) -> str:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from fastcrag.generation import ExtractiveGenerator, answer_with_sentence
+from fastcrag.generation import ExtractiveGenerator, answer_with_sentence, generate_answer
 from fastcrag.reader import Span, best_span, is_reader, span_margins
 from fastcrag.training.model import find_answer, span_targets
 
@@ -77,6 +78,8 @@ def test_reader_generator_abstains_below_threshold() -> None:
         gen.generate("Who swore fealty?", [{"text": PASSAGE}])
     with pytest.raises(ValueError, match="no answer span"):
         gen.generate("Who swore fealty?", [{"text": "Nothing here."}])
+    # plain RAG: no abstention, the best span answers whatever its score
+    assert generate_answer(gen, "Who swore fealty?", [{"text": PASSAGE}], abstain=False).text.startswith("Rollo")
 
 
 def test_answer_with_sentence_finds_the_sentence_of_the_span() -> None:
@@ -84,3 +87,26 @@ def test_answer_with_sentence_finds_the_sentence_of_the_span() -> None:
     at = text.index("Rollo swore")
     assert answer_with_sentence(Span("Rollo", at, at + 5, 0.9), text) == "Rollo\n\nLater, Rollo swore fealty."
     assert answer_with_sentence(Span("Rollo came.", 0, 11, 0.9), text) == "Rollo came."
+
+
+def test_encoded_pool_is_reused_verbatim(tmp_path: Path) -> None:
+    from transformers import AutoTokenizer
+
+    from fastcrag.embeddings import packaged_minilm_path
+    from fastcrag.training.data import Pair
+    from fastcrag.training.train import _encoded_pool
+
+    tok = AutoTokenizer.from_pretrained(str(packaged_minilm_path()), local_files_only=True)
+    pairs = [
+        Pair("Who swore fealty?", PASSAGE, 1.0, "t:own", "g", "Rollo"),
+        Pair("Who swore fealty?", "Steam engines use heat.", 0.0, "t:random", "g"),
+        Pair("Who swore fealty?", "Answer-sentence data has no span.", 1.0, "t:pos", "g"),
+        Pair("Where is Paris?", "A long text " * 40 + "Paris is in France.", 1.0, "t:own", "g", "France"),
+    ]
+    path = tmp_path / "encoded.npz"
+    first = _encoded_pool(path, tok, pairs, 32)
+    assert path.exists() and first.keep == [0, 1, 2]  # the last answer was truncated away: dropped
+    assert first.starts[1] == first.ends[1] == 0 and first.starts[2] == -100
+    s, e = first.starts[0], first.ends[0]
+    assert tok.decode(first.input_ids[0][s : e + 1]) == "rollo"
+    assert _encoded_pool(path, tok, pairs, 32) == first

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fastcrag.config.settings import DEFAULT_LLM, Context, Settings
+from fastcrag.config.settings import SMOLLM2_LLM, Context, Settings
 from fastcrag.evaluation import report as rp
 from fastcrag.evaluation.common import (
     CachingReranker,
@@ -47,7 +47,7 @@ class AbstentionConfig:
     off_corpus: Path = Path("../shared/data/train/squad11-train")
     per_class: int = 40
     seed: int = 2026
-    generators: list[str] = field(default_factory=lambda: ["extractive", DEFAULT_LLM])
+    generators: list[str] = field(default_factory=lambda: ["extractive", SMOLLM2_LLM])
     variants: list[str] = field(default_factory=lambda: list(VARIANTS))
     out: Path = Path("runs/eval-abstention")
     fresh: bool = False

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from fastcrag.config.settings import DEFAULT_LLM, Context, Settings
+from fastcrag.config.settings import SMOLLM2_LLM, Context, Settings
 from fastcrag.evaluation import report as rp
 from fastcrag.evaluation.common import (
     machine_note,
@@ -54,7 +54,7 @@ class BenchConfig:
     off_corpus: Path = Path("../shared/data/train/squad11-train")
     per_class: int = 20
     seed: int = 7
-    llm: str = DEFAULT_LLM
+    llm: str = SMOLLM2_LLM  # a chat model: it is also the LLM judge of the grading-cost comparison
     judge_questions: int = 3
     warmup: int = 3
     budget_ms: float = 200.0

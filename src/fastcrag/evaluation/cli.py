@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from fastcrag.config.settings import DEFAULT_LLM
+from fastcrag.config.settings import SMOLLM2_LLM
 
 DATA = "../shared/data"
 
@@ -170,8 +170,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     ab.add_argument("--seed", type=int, default=2026)
     ab.add_argument(
         "--generators",
-        default=f"extractive,{DEFAULT_LLM}",
-        help=f"comma-separated generators (default: extractive,{DEFAULT_LLM})",
+        default=f"extractive,{SMOLLM2_LLM}",
+        help=f"comma-separated generators (default: extractive,{SMOLLM2_LLM})",
     )
     ab.add_argument(
         "--variants",
@@ -213,7 +213,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     be.add_argument("--off-corpus", default=f"{DATA}/train/squad11-train", help="off-corpus SQuAD JSON")
     be.add_argument("--per-class", type=int, default=20, help="questions per class (default: 20)")
     be.add_argument("--seed", type=int, default=7)
-    be.add_argument("--llm", default=DEFAULT_LLM, help=f"generator and judge model (default: {DEFAULT_LLM})")
+    be.add_argument("--llm", default=SMOLLM2_LLM, help=f"generator and judge model (default: {SMOLLM2_LLM})")
     be.add_argument(
         "--judge-questions",
         type=int,

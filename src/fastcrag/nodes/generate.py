@@ -10,6 +10,7 @@ from langgraph.runtime import Runtime
 from fastcrag import metrics
 from fastcrag.components import Components
 from fastcrag.config.settings import Context, RunConfig
+from fastcrag.generation import generate_answer
 from fastcrag.graph.state import Action, Citation, State, add_time, reply, trace
 from fastcrag.nodes import Node
 
@@ -46,7 +47,7 @@ def make(parts: Components) -> Node:
         try:
             if not passages:
                 raise ValueError("retrieval returned no passage" if cfg.plain_rag else "no passage passed grading")
-            answer = parts.generator().generate(str(state["question"]), passages)
+            answer = generate_answer(parts.generator(), str(state["question"]), passages, abstain=not cfg.plain_rag)
             if not answer.text.strip():
                 raise ValueError("the generator returned an empty answer")
         except Exception as exc:  # never an answer without grounding: abstain with the reason

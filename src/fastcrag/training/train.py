@@ -249,6 +249,39 @@ def encode_pairs(tokenizer: Any, pairs: Sequence[Pair], max_length: int) -> Enco
     return Encoded([enc["input_ids"][i] for i in keep], [enc["token_type_ids"][i] for i in keep], starts, ends, keep)
 
 
+def _encoded_pool(path: Path, tokenizer: Any, pairs: Sequence[Pair], max_length: int) -> Encoded:
+    """`encode_pairs`, kept as flat arrays in the run folder (NumPy, no pickle) so a resumed run skips it."""
+    import numpy as np
+
+    if path.exists():
+        with np.load(path, allow_pickle=False) as z:
+            if int(z["n_pairs"]) == len(pairs):
+                ends_at = np.cumsum(z["lengths"])
+                starts_at = ends_at - z["lengths"]
+                ids, types = z["ids"].tolist(), z["types"].tolist()
+                return Encoded(
+                    [ids[a:b] for a, b in zip(starts_at, ends_at, strict=True)],
+                    [types[a:b] for a, b in zip(starts_at, ends_at, strict=True)],
+                    z["starts"].tolist(),
+                    z["ends"].tolist(),
+                    z["keep"].tolist(),
+                )
+    data = encode_pairs(tokenizer, pairs, max_length)
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez(
+        tmp,
+        n_pairs=np.int64(len(pairs)),
+        lengths=np.asarray([len(x) for x in data.input_ids], dtype=np.int64),
+        ids=np.asarray([t for x in data.input_ids for t in x], dtype=np.int32),
+        types=np.asarray([t for x in data.type_ids for t in x], dtype=np.int8),
+        starts=np.asarray(data.starts, dtype=np.int64),
+        ends=np.asarray(data.ends, dtype=np.int64),
+        keep=np.asarray(data.keep, dtype=np.int64),
+    )
+    tmp.replace(path)
+    return data
+
+
 def _batch_tensors(
     ids_list: Sequence[list[int]], types_list: Sequence[list[int]], pad: int, width: int
 ) -> tuple[Any, Any, Any]:
@@ -385,7 +418,7 @@ def train(cfg: TrainConfig) -> Path:
     train_pairs, dev_pairs = _prepare_pool(cfg, out)
     tokenizer = AutoTokenizer.from_pretrained(base, local_files_only=True)
     t0 = time.time()
-    data = encode_pairs(tokenizer, train_pairs, cfg.max_length)
+    data = _encoded_pool(out / "pool" / f"encoded-{cfg.max_length}.npz", tokenizer, train_pairs, cfg.max_length)
     lengths = [len(x) for x in data.input_ids]
     labels = [train_pairs[i].label for i in data.keep]
     print(
