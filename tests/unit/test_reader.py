@@ -12,6 +12,8 @@ from fastcrag.generation import ExtractiveGenerator, answer_with_sentence, gener
 from fastcrag.reader import Span, best_span, is_reader, span_margins
 from fastcrag.training.model import find_answer, span_targets
 
+from fakes import ScriptedReranker
+
 PASSAGE = "The Normans came from Normandy. Their leader Rollo swore fealty to Charles III. They settled in France."
 
 
@@ -110,3 +112,14 @@ def test_encoded_pool_is_reused_verbatim(tmp_path: Path) -> None:
     s, e = first.starts[0], first.ends[0]
     assert tok.decode(first.input_ids[0][s : e + 1]) == "rollo"
     assert _encoded_pool(path, tok, pairs, 32) == first
+
+
+def test_caching_wrapper_keeps_the_reader() -> None:
+    from fastcrag.evaluation.common import CachingReranker
+
+    wrapped = CachingReranker(ScriptedReader({"Rollo": 0.8}))
+    assert is_reader(wrapped)
+    span = wrapped.read("Who?", [PASSAGE])[0]
+    assert span is not None and span.text == "Rollo"
+    plain = CachingReranker(ScriptedReranker({}))
+    assert not is_reader(plain) and plain.read("Who?", ["x"]) == [None]

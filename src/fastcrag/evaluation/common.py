@@ -21,6 +21,7 @@ from fastcrag.datasets import (
     question_pools,
     sample,
 )
+from fastcrag.reader import Span, is_reader
 from fastcrag.reranker import Reranker
 from fastcrag.store import FaissStore
 
@@ -179,6 +180,7 @@ class CachingReranker:
         """Wrap `inner`; its `name` is kept, so the calibration check still applies."""
         self.inner = inner
         self.name = inner.name
+        self.has_reader = is_reader(inner)
         self.max_items = max_items
         self._cache: OrderedDict[tuple[str, str], float] = OrderedDict()
         self._lock = threading.Lock()
@@ -199,6 +201,10 @@ class CachingReranker:
                 while len(self._cache) > self.max_items:
                     self._cache.popitem(last=False)
         return [known[t] for t in texts]
+
+    def read(self, query: str, texts: Sequence[str]) -> list[Span | None]:
+        """The inner grader's answer spans (a reader keeps the spans of the passes it has scored)."""
+        return self.inner.read(query, texts) if self.has_reader else [None for _ in texts]  # type: ignore[attr-defined]
 
 
 def machine_note() -> str:
