@@ -207,7 +207,7 @@ def test_perturb_passage_changes_what_the_question_asks_about() -> None:
 
 
 def test_sentence_windows_cover_one_and_two_sentences() -> None:
-    assert sentence_windows(["a", "b", "c"]) == [(0, 1), (1, 2), (2, 3), (0, 2), (1, 3)]
+    assert sentence_windows(["a", "b", "c"]) == [(0, 1), (0, 2), (1, 2), (1, 3), (2, 3)]
 
 
 def test_swap_question_uses_entity_absent_from_paragraph() -> None:

@@ -21,6 +21,7 @@ from fastcrag.training.data import (
     heldout_squad_articles,
     load_beir,
     load_squad,
+    sentence_windows,
     split_sentences,
     squad11_articles,
 )
@@ -162,12 +163,7 @@ def snippet_windows(text: str) -> list[str]:
     A text of n sentences gives 2n - 1 windows (one sentence gives itself); an empty text gives none.
     """
     sents = split_sentences(text)
-    out: list[str] = []
-    for i, s in enumerate(sents):
-        out.append(s)
-        if i + 1 < len(sents):
-            out.append(f"{s} {sents[i + 1]}")
-    return out
+    return [" ".join(sents[a:b]) for a, b in sentence_windows(sents)]
 
 
 def gold_removed_candidates(paragraphs: Sequence[str], gold: int, answers: Sequence[str]) -> list[int]:

@@ -350,8 +350,8 @@ def perturb_passage(
             targets.append((tok, _ordinal(max(1, n + rng.choice([-2, -1, 1, 2, 3])))))
     for m in _NUMBER_RE.finditer(passage):
         tok = m.group(0)
-        if re.search(rf"\b{re.escape(tok)}\b", question) and _other_number(tok, rng) != tok:
-            targets.append((tok, _other_number(tok, rng)))
+        if re.search(rf"\b{re.escape(tok)}\b", question) and (other := _other_number(tok, rng)) != tok:
+            targets.append((tok, other))
     if not targets:
         p_norm = _norm(passage)
         shared = {
@@ -376,9 +376,9 @@ def perturb_passage(
 
 
 def sentence_windows(sentences: Sequence[str]) -> list[tuple[int, int]]:
-    """(start, end) sentence ranges of every one- and two-sentence snippet."""
+    """(start, end) sentence ranges of every one- and two-sentence snippet, in reading order."""
     n = len(sentences)
-    return [(i, i + 1) for i in range(n)] + [(i, i + 2) for i in range(n - 1)]
+    return [(i, j) for i in range(n) for j in (i + 1, i + 2) if j <= n]
 
 
 def article_snippets(article: Article) -> list[tuple[int, str, set[str]]]:
