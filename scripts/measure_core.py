@@ -39,13 +39,13 @@ def main() -> None:
     parser.add_argument("--llm", default=None, help="generator (default: FASTRAG_LLM)")
     args = parser.parse_args()
 
-    from fastcrag.chat import packaged_smollm2
     from fastcrag.config.settings import Context, Settings
-    from fastcrag.embeddings import SentenceTransformerEmbeddings
+    from fastcrag.generation.generators.chat import packaged_smollm2
+    from fastcrag.grading.reranker import default_reranker_spec, load_reranker
     from fastcrag.graph.builder import build_graph
-    from fastcrag.indexing import build_index, ensure_default_index
-    from fastcrag.loaders import python_reference
-    from fastcrag.reranker import default_reranker_spec, load_reranker
+    from fastcrag.retrieval.embeddings import SentenceTransformerEmbeddings
+    from fastcrag.retrieval.indexing import build_index, ensure_default_index
+    from fastcrag.retrieval.loaders import python_reference
 
     t = time.perf_counter()
     embedder = SentenceTransformerEmbeddings()

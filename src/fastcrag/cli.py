@@ -45,8 +45,8 @@ def _settings(args: argparse.Namespace) -> Any:
 
 def cmd_index(args: argparse.Namespace) -> int:
     """Index files and folders."""
-    from fastcrag.indexing import build_index
-    from fastcrag.loaders import load_documents
+    from fastcrag.retrieval.indexing import build_index
+    from fastcrag.retrieval.loaders import load_documents
 
     settings = _settings(args)
     folder = settings.index_dir
@@ -115,9 +115,9 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """Derive the thresholds from labelled questions."""
-    from fastcrag.calibrate import calibrate
     from fastcrag.config.calibration import PACKAGED_CALIBRATION
-    from fastcrag.reranker import default_reranker_spec, load_reranker
+    from fastcrag.grading.calibrate import calibrate
+    from fastcrag.grading.reranker import default_reranker_spec, load_reranker
 
     settings = _settings(args)
     for p in (args.squad, args.off_corpus):
@@ -146,7 +146,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 def cmd_reliability(args: argparse.Namespace) -> int:
     """Print the reliability report; non-zero exit when anything failed."""
-    from fastcrag.reliability import run_report
+    from fastcrag.evaluation.reliability import run_report
 
     report = run_report(args.runs, args.clients, args.memory_runs, args.kills, args.seed, args.server)
     print(report.render())
@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO if args.verbose else logging.WARNING, format="fastcrag: %(levelname)s: %(message)s"
     )
     from fastcrag.config.calibration import CalibrationError
-    from fastcrag.store import IndexLoadError
+    from fastcrag.retrieval.store import IndexLoadError
 
     try:
         return int(args.func(args))

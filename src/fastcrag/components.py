@@ -16,8 +16,8 @@ from langchain_core.vectorstores import VectorStore
 
 from fastcrag.config.calibration import Calibration, load_calibration
 from fastcrag.config.settings import RunConfig, Settings, resolve
-from fastcrag.generation import ChatGenerator, ExtractiveGenerator, Generator
-from fastcrag.reranker import Reranker, default_reranker_spec, load_reranker
+from fastcrag.generation.generators import ChatGenerator, ExtractiveGenerator, Generator
+from fastcrag.grading.reranker import Reranker, default_reranker_spec, load_reranker
 
 EXTRACTIVE = "extractive"
 
@@ -59,9 +59,9 @@ class Components:
         if isinstance(given, BaseRetriever):
             return given
         if given is None:
-            from fastcrag.embeddings import default_embeddings
-            from fastcrag.indexing import ensure_default_index
-            from fastcrag.store import FaissStore
+            from fastcrag.retrieval.embeddings import default_embeddings
+            from fastcrag.retrieval.indexing import ensure_default_index
+            from fastcrag.retrieval.store import FaissStore
 
             s = self.settings
             folder = s.index_dir or ensure_default_index(s.chunk_tokens, s.chunk_overlap)
@@ -87,7 +87,7 @@ class Components:
         if isinstance(given, str):
             if given == EXTRACTIVE:
                 return ExtractiveGenerator(self.reranker(), self.calibration().reader_threshold)
-            from fastcrag.chat import load_chat_model
+            from fastcrag.generation.generators.chat import load_chat_model
 
             model = load_chat_model(given, self.settings.max_new_tokens, self.settings.llm_timeout_s)
             return ChatGenerator(model, self.settings.llm_timeout_s, name=given)

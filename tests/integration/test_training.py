@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from fastcrag.reader import is_reader
-from fastcrag.reranker import load_reranker
+from fastcrag.grading.reader import is_reader
+from fastcrag.grading.reranker import load_reranker
 
 pytestmark = pytest.mark.integration
 

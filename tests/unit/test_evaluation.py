@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from fastcrag.config.settings import Context
-from fastcrag.datasets import LabelledQuestion, read_qrels
 from fastcrag.evaluation import report as rp
 from fastcrag.evaluation.abstention import (
     VARIANTS,
@@ -25,6 +24,7 @@ from fastcrag.evaluation.abstention import (
 )
 from fastcrag.evaluation.bench import judge_cost, latency_table, retrieval_total, stage_values
 from fastcrag.evaluation.common import CachingReranker, calibration_sample, question_id, select_questions
+from fastcrag.evaluation.datasets import LabelledQuestion, read_qrels
 from fastcrag.evaluation.retrieval import doc_id, evaluate, rank_documents
 from fastcrag.evaluation.runlog import ConfigMismatchError, ResultLog, config_hash
 from fastcrag.evaluation.scoring import (

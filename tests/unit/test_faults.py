@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from fastcrag import build_graph
 from fastcrag.config.settings import Settings
-from fastcrag.indexing import build_index
-from fastcrag.loaders import SourceDocument, load_documents
-from fastcrag.text import chunk_text, clean_text, split_sentences
+from fastcrag.retrieval.indexing import build_index
+from fastcrag.retrieval.loaders import SourceDocument, load_documents
+from fastcrag.retrieval.text import chunk_text, clean_text, split_sentences
 
 from fakes import CALIBRATION, FakeChat, HashEmbeddings, ListRetriever, ScriptedReranker, doc
 
@@ -72,9 +72,9 @@ def test_damaged_index_abstains_naming_it(tmp_path: Path, damage: str, monkeypat
         (version / "manifest.json").write_text("{")
     else:
         (tmp_path / "CURRENT").write_text("v-gone\n")
-    import fastcrag.embeddings
+    import fastcrag.retrieval.embeddings
 
-    monkeypatch.setattr(fastcrag.embeddings, "default_embeddings", HashEmbeddings)  # no model load
+    monkeypatch.setattr(fastcrag.retrieval.embeddings, "default_embeddings", HashEmbeddings)  # no model load
     out = graph_with(retriever=None, settings=Settings(index_dir=tmp_path)).invoke({"question": "Eiffel?"})
     assert out["crag"]["action"] == "abstain"
     assert "IndexLoadError" in out["crag"]["failure"] and str(tmp_path) in out["crag"]["failure"]
@@ -118,7 +118,7 @@ def test_lone_surrogates_and_huge_questions() -> None:
 @settings(max_examples=100, deadline=None)
 @given(st.text(max_size=2000), st.integers(16, 128), st.integers(0, 15))
 def test_any_document_text_chunks_within_budget(text: str, size: int, overlap: int) -> None:
-    from fastcrag.text import count_tokens
+    from fastcrag.retrieval.text import count_tokens
 
     cleaned = clean_text(text)
     chunks = chunk_text(cleaned, size, overlap)

@@ -9,9 +9,9 @@ import sys
 import time
 from pathlib import Path
 
-from fastcrag.indexing import build_index
-from fastcrag.loaders import SourceDocument
-from fastcrag.store import FaissStore
+from fastcrag.retrieval.indexing import build_index
+from fastcrag.retrieval.loaders import SourceDocument
+from fastcrag.retrieval.store import FaissStore
 
 from fakes import HashEmbeddings
 
@@ -20,8 +20,8 @@ import sys
 sys.path.insert(0, {tests!r})
 from pathlib import Path
 from fakes import HashEmbeddings
-from fastcrag.indexing import build_index
-from fastcrag.loaders import SourceDocument
+from fastcrag.retrieval.indexing import build_index
+from fastcrag.retrieval.loaders import SourceDocument
 docs = (SourceDocument(f"doc-{{i}}", "t", f"Document {{i}} {run} talks about topic {{i}}. " * 40) for i in range(1500))
 build_index(docs, Path({folder!r}), embeddings=HashEmbeddings(), batch_size=16, progress=False)
 """

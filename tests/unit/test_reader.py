@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fastcrag.generation import ExtractiveGenerator, answer_with_sentence, generate_answer
-from fastcrag.reader import Span, best_span, is_reader, span_margins
+from fastcrag.generation.generators import ExtractiveGenerator, answer_with_sentence, generate_answer
+from fastcrag.grading.reader import Span, best_span, is_reader, span_margins
 from fastcrag.training.model import find_answer, span_targets
 
 from fakes import ScriptedReranker
@@ -94,7 +94,7 @@ def test_answer_with_sentence_finds_the_sentence_of_the_span() -> None:
 def test_encoded_pool_is_reused_verbatim(tmp_path: Path) -> None:
     from transformers import AutoTokenizer
 
-    from fastcrag.embeddings import packaged_minilm_path
+    from fastcrag.retrieval.embeddings import packaged_minilm_path
     from fastcrag.training.data import Pair
     from fastcrag.training.train import _encoded_pool
 

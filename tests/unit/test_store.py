@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from fastcrag.indexing import build_index
-from fastcrag.loaders import SourceDocument, load_documents, python_reference
-from fastcrag.store import FaissStore, IndexLoadError
-from fastcrag.text import chunk_text, count_tokens, split_sentences
+from fastcrag.retrieval.indexing import build_index
+from fastcrag.retrieval.loaders import SourceDocument, load_documents, python_reference
+from fastcrag.retrieval.store import FaissStore, IndexLoadError
+from fastcrag.retrieval.text import chunk_text, count_tokens, split_sentences
 
 from fakes import HashEmbeddings
 
@@ -76,7 +76,7 @@ def test_missing_truncated_and_out_of_step_indexes_are_clear_errors(tmp_path: Pa
 
 def test_interrupted_save_leaves_previous_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     build(tmp_path, DOCS)
-    import fastcrag.store as store_module
+    import fastcrag.retrieval.store as store_module
 
     def boom(*args: object) -> None:
         raise KeyboardInterrupt

@@ -221,12 +221,12 @@ def _key(q: Any, crag: bool) -> str:
 
 def _judge_model(parts: Any, spec: str, settings: Settings) -> Any:
     """The chat model the generator uses (the same weights grade), loaded on its own when not exposed."""
-    from fastcrag.generation import ChatGenerator
+    from fastcrag.generation.generators import ChatGenerator
 
     generator = parts.generator()
     if isinstance(generator, ChatGenerator):
         return generator.llm
-    from fastcrag.chat import load_chat_model
+    from fastcrag.generation.generators.chat import load_chat_model
 
     return load_chat_model(spec, settings.max_new_tokens, settings.llm_timeout_s)
 

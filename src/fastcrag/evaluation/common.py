@@ -13,17 +13,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fastcrag.calibrate import build_corpus_store
 from fastcrag.config.calibration import Calibration
 from fastcrag.config.settings import Settings
-from fastcrag.datasets import (
+from fastcrag.evaluation.datasets import (
     LabelledQuestion,
     question_pools,
     sample,
 )
-from fastcrag.reader import Span, is_reader
-from fastcrag.reranker import Reranker
-from fastcrag.store import FaissStore
+from fastcrag.grading.calibrate import build_corpus_store
+from fastcrag.grading.reader import Span, is_reader
+from fastcrag.grading.reranker import Reranker
+from fastcrag.retrieval.store import FaissStore
 
 _CALIBRATION_SAMPLE = re.compile(r"(\d+) questions per class, seed (\d+)")
 
@@ -113,7 +113,7 @@ def squad_setup(
     calibration is refused; `cfg.per_class` questions per class are picked with `cfg.seed`.
     """
     from fastcrag.config.calibration import load_calibration
-    from fastcrag.reranker import default_reranker_spec, load_reranker
+    from fastcrag.grading.reranker import default_reranker_spec, load_reranker
 
     docs, pools = question_pools(cfg.squad, cfg.off_corpus)
     grader = load_reranker(settings.reranker or default_reranker_spec())
@@ -141,9 +141,9 @@ def cached_corpus_store(
     The cache lives outside the project (default `~/.cache/fastcrag/eval-index`); its key covers the corpus
     file (path, size, mtime), the chunking and the embedder. Returns (store, whether it came from the cache).
     """
-    from fastcrag.embeddings import default_embeddings
     from fastcrag.evaluation.runlog import config_hash
-    from fastcrag.store import IndexLoadError
+    from fastcrag.retrieval.embeddings import default_embeddings
+    from fastcrag.retrieval.store import IndexLoadError
 
     embeddings = default_embeddings()
     folder = None
@@ -229,7 +229,7 @@ def set_threads(threads: int, graph: Any = None) -> None:
 
     torch.set_num_threads(threads)
     if graph is not None:
-        from fastcrag.generation import ChatGenerator
+        from fastcrag.generation.generators import ChatGenerator
 
         generator = graph.parts.generator()
         if isinstance(generator, ChatGenerator) and hasattr(generator.llm, "n_threads"):

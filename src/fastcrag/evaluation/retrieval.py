@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fastcrag.config.settings import Settings
-from fastcrag.datasets import read_qrels, read_queries
 from fastcrag.evaluation import report as rp
 from fastcrag.evaluation.common import DEFAULT_INDEX_CACHE, cached_corpus_store, machine_note, progress, set_threads
+from fastcrag.evaluation.datasets import read_qrels, read_queries
 from fastcrag.evaluation.runlog import ResultLog
-from fastcrag.reranker import checked_scores
+from fastcrag.grading.reranker import checked_scores
 
 VERSION = 1
 KEEP = 100  # documents kept per query and system (recall@100 needs 100)
@@ -91,8 +91,8 @@ def evaluate(qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Mapping[s
 
 def run(cfg: RetrievalConfig, settings: Settings) -> int:
     """Retrieve and rerank every selected query, resumably, then write the report."""
-    from fastcrag.loaders import load_documents
-    from fastcrag.reranker import default_reranker_spec, load_reranker
+    from fastcrag.grading.reranker import default_reranker_spec, load_reranker
+    from fastcrag.retrieval.loaders import load_documents
 
     set_threads(cfg.threads)
     qrels = read_qrels(_find(cfg.beir / "qrels", f"{cfg.split}.tsv"))

@@ -15,11 +15,11 @@ from langgraph.runtime import Runtime
 from fastcrag.components import Components
 from fastcrag.config.calibration import Calibration
 from fastcrag.config.settings import Context, Settings
-from fastcrag.generation import Generator
+from fastcrag.generation.generators import Generator
+from fastcrag.grading.reranker import Reranker
 from fastcrag.graph import routing
 from fastcrag.graph.state import InputState, OutputState, State
 from fastcrag.nodes import abstain, generate, grade, refine, retrieve, rewrite
-from fastcrag.reranker import Reranker
 
 
 def build_graph(

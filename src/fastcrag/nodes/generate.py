@@ -10,7 +10,7 @@ from langgraph.runtime import Runtime
 from fastcrag import metrics
 from fastcrag.components import Components
 from fastcrag.config.settings import Context, RunConfig
-from fastcrag.generation import generate_answer
+from fastcrag.generation.generators import generate_answer
 from fastcrag.graph.state import Action, Citation, State, add_time, reply, trace
 from fastcrag.nodes import Node
 

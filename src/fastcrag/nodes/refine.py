@@ -9,10 +9,10 @@ from langgraph.runtime import Runtime
 
 from fastcrag.components import Components
 from fastcrag.config.settings import Context
+from fastcrag.grading.reranker import checked_scores
 from fastcrag.graph.state import Passage, State, add_time
 from fastcrag.nodes import Node
-from fastcrag.reranker import checked_scores
-from fastcrag.text import count_tokens, split_sentences
+from fastcrag.retrieval.text import count_tokens, split_sentences
 
 
 def make(parts: Components) -> Node:

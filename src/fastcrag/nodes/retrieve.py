@@ -10,10 +10,10 @@ from langgraph.runtime import Runtime
 
 from fastcrag.components import Components
 from fastcrag.config.settings import Context
+from fastcrag.grading.reranker import checked_scores
 from fastcrag.graph.state import Candidate, State, add_time, question_of
 from fastcrag.nodes import Node
-from fastcrag.reranker import checked_scores
-from fastcrag.text import clean_text
+from fastcrag.retrieval.text import clean_text
 
 
 def _candidate(doc: Any, score: float) -> Candidate:

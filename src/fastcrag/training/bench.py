@@ -228,8 +228,8 @@ def quality_benchmark(
     import numpy as np
     import torch
 
-    from fastcrag.embeddings import SentenceTransformerEmbeddings
-    from fastcrag.reranker import default_reranker_spec, load_reranker
+    from fastcrag.grading.reranker import default_reranker_spec, load_reranker
+    from fastcrag.retrieval.embeddings import SentenceTransformerEmbeddings
 
     torch.set_num_threads(threads)
     os.environ.setdefault("FASTRAG_ORT_THREADS", str(threads))
@@ -440,7 +440,7 @@ class _TorchBf16Reranker:
     """The sentence-transformers model run under bfloat16 autocast (timing variant)."""
 
     def __init__(self, path: Path, max_length: int = 256) -> None:
-        from fastcrag.reranker import CrossEncoderReranker
+        from fastcrag.grading.reranker import CrossEncoderReranker
 
         self.inner = CrossEncoderReranker(path, max_length=max_length)
         self.name = self.inner.name + " [torch bf16]"
@@ -494,9 +494,9 @@ def speed_benchmark(
     import torch
     from transformers import AutoTokenizer
 
-    from fastcrag.embeddings import SentenceTransformerEmbeddings, packaged_minilm_path
-    from fastcrag.onnx_reranker import OnnxCrossEncoderReranker
-    from fastcrag.reranker import CrossEncoderReranker
+    from fastcrag.grading.onnx_grader import OnnxCrossEncoderReranker
+    from fastcrag.grading.reranker import CrossEncoderReranker
+    from fastcrag.retrieval.embeddings import SentenceTransformerEmbeddings, packaged_minilm_path
 
     torch.set_num_threads(threads)
     faiss.omp_set_num_threads(threads)

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fastcrag.datasets import read_qrels, read_queries
+from fastcrag.evaluation.datasets import read_qrels, read_queries
 
 #: Folders of `shared/data/train` whose licences allow shipping weights trained on them.
 PERMISSIVE_FOLDERS = ("squad11-train", "squad2-train-first10", "selqa", "medquad", "covidqa", "pubmedqa")

@@ -304,7 +304,7 @@ def predict_heads(
     """Relevance logits and span margins (best span minus no-answer) of (question, passage) pairs."""
     import torch
 
-    from fastcrag.reader import span_margins
+    from fastcrag.grading.reader import span_margins
     from fastcrag.training.model import passage_masks
 
     device = next(model.parameters()).device
@@ -397,7 +397,7 @@ def train(cfg: TrainConfig) -> Path:
     from tqdm.auto import tqdm
     from transformers import AutoTokenizer
 
-    from fastcrag.embeddings import packaged_minilm_path
+    from fastcrag.retrieval.embeddings import packaged_minilm_path
     from fastcrag.training.model import build_model, passage_masks, save_model
 
     out = Path(cfg.output_dir)
@@ -579,7 +579,7 @@ def export_grader(
     int8: bool = True,
     extra_meta: dict[str, Any] | None = None,
 ) -> Path:
-    """Package a trained model as an ONNX grader folder loadable by `fastcrag.reranker.load_reranker`.
+    """Package a trained model as an ONNX grader folder loadable by `fastcrag.grading.reranker.load_reranker`.
 
     Writes `model.onnx` (int8 when `int8`), `tokenizer.json` and `fastcrag_model.json` (with the grade fusion
     fitted on the run's dev split) into `dest`.

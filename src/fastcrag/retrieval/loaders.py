@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from fastcrag.text import clean_text
+from fastcrag.retrieval.text import clean_text
 
 log = logging.getLogger(__name__)
 

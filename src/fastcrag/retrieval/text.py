@@ -93,7 +93,7 @@ def _tokenizer(path: str) -> Any:
 
 def default_tokenizer() -> Any:
     """The embedder's WordPiece tokenizer (fast, no model load)."""
-    from fastcrag.embeddings import packaged_minilm_path
+    from fastcrag.retrieval.embeddings import packaged_minilm_path
 
     return _tokenizer(str(Path(packaged_minilm_path()) / "tokenizer.json"))
 

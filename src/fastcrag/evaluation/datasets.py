@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from fastcrag.loaders import SourceDocument
+from fastcrag.retrieval.loaders import SourceDocument
 
 QuestionClass = Literal["answerable", "unanswerable", "off_corpus"]
 

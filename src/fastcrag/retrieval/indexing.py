@@ -11,10 +11,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from fastcrag.embeddings import SentenceTransformerEmbeddings, default_embeddings
-from fastcrag.loaders import SourceDocument, python_reference
-from fastcrag.store import FaissStore, IndexLoadError
-from fastcrag.text import chunk_text
+from fastcrag.retrieval.embeddings import SentenceTransformerEmbeddings, default_embeddings
+from fastcrag.retrieval.loaders import SourceDocument, python_reference
+from fastcrag.retrieval.store import FaissStore, IndexLoadError
+from fastcrag.retrieval.text import chunk_text
 
 log = logging.getLogger(__name__)
 

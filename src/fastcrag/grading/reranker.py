@@ -10,7 +10,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from fastcrag.embeddings import SentenceTransformerEmbeddings, default_embeddings
+from fastcrag.retrieval.embeddings import SentenceTransformerEmbeddings, default_embeddings
 
 PACKAGED_GRADER = Path(__file__).resolve().parent / "models" / "grader"
 BI_ENCODER = "bi-encoder"
@@ -149,7 +149,7 @@ def load_reranker(spec: str) -> Reranker:
         return BiEncoderReranker()
     path = Path(spec).expanduser()
     if (path / "model.onnx").is_file():
-        from fastcrag.onnx_reranker import OnnxCrossEncoderReranker
+        from fastcrag.grading.onnx_grader import OnnxCrossEncoderReranker
 
         return OnnxCrossEncoderReranker(path)
     return CrossEncoderReranker(path if path.exists() else spec)

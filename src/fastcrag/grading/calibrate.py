@@ -11,13 +11,13 @@ from typing import Any
 import numpy as np
 
 from fastcrag.config.calibration import Calibration
-from fastcrag.datasets import LabelledQuestion, question_pools, sample
-from fastcrag.embeddings import default_embeddings
+from fastcrag.evaluation.datasets import LabelledQuestion, question_pools, sample
 from fastcrag.fileio import write_json_atomic
-from fastcrag.reader import is_reader
-from fastcrag.reranker import Reranker, checked_scores
-from fastcrag.store import FaissStore
-from fastcrag.text import chunk_text, split_sentences
+from fastcrag.grading.reader import is_reader
+from fastcrag.grading.reranker import Reranker, checked_scores
+from fastcrag.retrieval.embeddings import default_embeddings
+from fastcrag.retrieval.store import FaissStore
+from fastcrag.retrieval.text import chunk_text, split_sentences
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,8 @@ from langchain_core.runnables import Runnable, RunnableLambda
 from pydantic import BaseModel
 
 from fastcrag.config.settings import Settings
+from fastcrag.grading.reranker import Reranker
 from fastcrag.graph.builder import build_graph
-from fastcrag.reranker import Reranker
 
 ON_TOPIC = "How does the with statement work?"
 OFF_TOPIC = "Who won the 2018 FIFA World Cup?"
@@ -151,7 +151,7 @@ class FaultyChat(BaseChatModel):
 
 def faults(report: Report, index_dir: Path, settings: Settings) -> None:
     """One run per fault; each must end in abstention with the failure in the trace."""
-    from fastcrag.reranker import default_reranker_spec, load_reranker
+    from fastcrag.grading.reranker import default_reranker_spec, load_reranker
 
     grader = load_reranker(settings.reranker or default_reranker_spec())
     base: dict[str, Any] = {"settings": settings.model_copy(update={"index_dir": index_dir}), "llm": "extractive"}
@@ -217,8 +217,8 @@ def _bad_calibrations(model: str) -> dict[str, str | None]:
 
 def bad_input(report: Report, index_dir: Path, settings: Settings, seed: int) -> None:
     """Nasty questions through the graph, and nasty files through the indexer."""
-    from fastcrag.indexing import build_index
-    from fastcrag.loaders import load_documents
+    from fastcrag.retrieval.indexing import build_index
+    from fastcrag.retrieval.loaders import load_documents
 
     graph = build_graph(settings=settings.model_copy(update={"index_dir": index_dir}), llm="extractive")
     rng = random.Random(seed)
@@ -305,8 +305,8 @@ def _rss_mb() -> float:
 
 KILL_BUILDER = """
 from pathlib import Path
-from fastcrag.indexing import build_index
-from fastcrag.loaders import SourceDocument
+from fastcrag.retrieval.indexing import build_index
+from fastcrag.retrieval.loaders import SourceDocument
 docs = (SourceDocument(f"doc-{{i}}", "t", f"Round {run}: document {{i}} is about subject {{i}}. " * 30)
         for i in range(300))
 build_index(docs, Path({folder!r}), batch_size=16, progress=False)
@@ -315,10 +315,10 @@ build_index(docs, Path({folder!r}), batch_size=16, progress=False)
 
 def kills(report: Report, workdir: Path, rounds: int, seed: int) -> None:
     """SIGKILL index builds at random points; the index must always load, consistent."""
-    from fastcrag.embeddings import default_embeddings
-    from fastcrag.indexing import build_index
-    from fastcrag.loaders import SourceDocument
-    from fastcrag.store import FaissStore
+    from fastcrag.retrieval.embeddings import default_embeddings
+    from fastcrag.retrieval.indexing import build_index
+    from fastcrag.retrieval.loaders import SourceDocument
+    from fastcrag.retrieval.store import FaissStore
 
     folder = workdir / "kill-index"
     build_index([SourceDocument("seed", "t", "The first version.")], folder, progress=False)
@@ -349,8 +349,8 @@ def run_report(
     server: str | None = None,
 ) -> Report:
     """Run every section on a small real index built from Python's language reference."""
-    from fastcrag.indexing import build_index
-    from fastcrag.loaders import python_reference
+    from fastcrag.retrieval.indexing import build_index
+    from fastcrag.retrieval.loaders import python_reference
 
     report = Report()
     settings = Settings()

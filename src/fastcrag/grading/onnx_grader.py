@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fastcrag.reader import Span, span_margins
+from fastcrag.grading.reader import Span, span_margins
 
 DEFAULT_MAX_LENGTH = 256
 
