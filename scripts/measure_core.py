@@ -40,7 +40,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from fastcrag.config.settings import Context, Settings
-    from fastcrag.generation.generators.chat import packaged_smollm2
+    from fastcrag.generation.chat import packaged_smollm2
     from fastcrag.grading.reranker import default_reranker_spec, load_reranker
     from fastcrag.graph.builder import build_graph
     from fastcrag.retrieval.embeddings import SentenceTransformerEmbeddings

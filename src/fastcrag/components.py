@@ -87,7 +87,7 @@ class Components:
         if isinstance(given, str):
             if given == EXTRACTIVE:
                 return ExtractiveGenerator(self.reranker(), self.calibration().reader_threshold)
-            from fastcrag.generation.generators.chat import load_chat_model
+            from fastcrag.generation.chat import load_chat_model
 
             model = load_chat_model(given, self.settings.max_new_tokens, self.settings.llm_timeout_s)
             return ChatGenerator(model, self.settings.llm_timeout_s, name=given)

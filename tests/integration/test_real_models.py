@@ -111,7 +111,7 @@ def test_bad_index_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_llamacpp_rewrite_is_schema_valid() -> None:
     from fastcrag.generation.generators import ChatGenerator
-    from fastcrag.generation.generators.chat import load_chat_model
+    from fastcrag.generation.chat import load_chat_model
 
     generator = ChatGenerator(load_chat_model("llamacpp:SmolLM2-135M-Instruct"))
     query = generator.rewrite("what is gil in cpython")

@@ -226,7 +226,7 @@ def _judge_model(parts: Any, spec: str, settings: Settings) -> Any:
     generator = parts.generator()
     if isinstance(generator, ChatGenerator):
         return generator.llm
-    from fastcrag.generation.generators.chat import load_chat_model
+    from fastcrag.generation.chat import load_chat_model
 
     return load_chat_model(spec, settings.max_new_tokens, settings.llm_timeout_s)
 
