@@ -18,6 +18,8 @@ from fastcrag.config.calibration import Calibration, load_calibration
 from fastcrag.config.settings import RunConfig, Settings, resolve
 from fastcrag.generation.generators import ChatGenerator, ExtractiveGenerator, Generator
 from fastcrag.grading.reranker import Reranker, default_reranker_spec, load_reranker
+from fastcrag.retrieval.hybrid import HybridRetriever
+from fastcrag.retrieval.store import FaissStore
 
 EXTRACTIVE = "extractive"
 
@@ -51,7 +53,10 @@ class Components:
         return self._loaded[key]
 
     def retriever(self) -> BaseRetriever:
-        """The retriever (the configured or embedded FAISS index when none was given)."""
+        """The retriever: a `HybridRetriever` in the configured mode over a FAISS store, else the store's own.
+
+        The FAISS store is the configured or embedded index when no retriever or store was given.
+        """
         return self._once("retriever", self._load_retriever)  # type: ignore[no-any-return]
 
     def _load_retriever(self) -> BaseRetriever:
@@ -61,11 +66,12 @@ class Components:
         if given is None:
             from fastcrag.retrieval.embeddings import default_embeddings
             from fastcrag.retrieval.indexing import ensure_default_index
-            from fastcrag.retrieval.store import FaissStore
 
             s = self.settings
             folder = s.index_dir or ensure_default_index(s.chunk_tokens, s.chunk_overlap)
             given = FaissStore.load(folder, default_embeddings())
+        if isinstance(given, FaissStore):
+            return HybridRetriever(store=given, mode=self.settings.retrieval, k=self.settings.top_k)
         return given.as_retriever(search_kwargs={"k": self.settings.top_k})
 
     def reranker(self) -> Reranker:

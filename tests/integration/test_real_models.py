@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -87,6 +88,19 @@ def test_embedded_default_answers_with_citations() -> None:
     assert set(out["crag"]["timings"]) == {"retrieve_ms", "rerank_ms", "crag_ms", "generate_ms"}
 
 
+def test_readme_question_extractive_answer_carries_no_markup() -> None:
+    result = fastcrag("ask", "How does the with statement work?", "--json", "--llm", "extractive")
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["crag"]["action"] != "abstain", out["crag"]
+    assert out["crag"]["retrieval"] == "hybrid"
+    answer = out["answer"]
+    assert "with" in answer.lower()
+    assert not re.search(r"([^\w\s])\1{3,}", answer), answer  # no heading underlines or punctuation runs
+    assert not re.search(r"(?<![\w*])\*\*[^\s*]", answer), answer  # no bold marks
+    assert not re.search(r"^\s*\.\. |:\w+:`", answer, re.MULTILINE), answer  # no reST directives or roles
+
+
 def test_embedded_default_abstains_off_corpus() -> None:
     result = fastcrag("ask", "Who won the 2018 FIFA World Cup?", "--json")
     assert result.returncode == 0, result.stderr
@@ -110,8 +124,8 @@ def test_bad_index_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_llamacpp_rewrite_is_schema_valid() -> None:
-    from fastcrag.generation.generators import ChatGenerator
     from fastcrag.generation.chat import load_chat_model
+    from fastcrag.generation.generators import ChatGenerator
 
     generator = ChatGenerator(load_chat_model("llamacpp:SmolLM2-135M-Instruct"))
     query = generator.rewrite("what is gil in cpython")

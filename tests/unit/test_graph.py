@@ -124,24 +124,49 @@ def test_retry_still_incorrect_abstains_at_the_cap() -> None:
     assert chat.rewrite_calls == 1 and len(retriever.queries) == 2
 
 
-@pytest.mark.parametrize(
-    ("rewrite", "failure"),
+FAILED_REWRITES = pytest.mark.parametrize(
+    ("rewrite", "why"),
     [
-        (RuntimeError("model crashed"), "rewrite failed: RuntimeError: model crashed"),
-        ({"query": "   "}, "rewrite returned an empty query"),
-        ({"query": "  WHO won   the World cup "}, "rewrite returned the query unchanged"),
-        ({"query": 7}, "rewrite failed: ValidationError"),
-        ({"wrong": "shape"}, "rewrite failed: ValidationError"),
+        (RuntimeError("model crashed"), "RuntimeError: model crashed"),
+        ({"query": "   "}, "it returned an empty query"),
+        ({"query": "  WHO won   the World cup "}, "it returned the query unchanged"),
+        ({"query": 7}, "ValidationError"),
+        ({"wrong": "shape"}, "ValidationError"),
     ],
     ids=["raises", "empty", "unchanged", "malformed", "wrong-schema"],
 )
-def test_failed_rewrite_abstains(rewrite: Any, failure: str) -> None:
+
+
+@FAILED_REWRITES
+def test_failed_llm_rewrite_falls_back_to_keywords(rewrite: Any, why: str) -> None:
     graph, _, _chat, retriever = make({}, chat=FakeChat(rewrite=rewrite))
     out = graph.invoke({"question": "who won the world cup"})
+    crag = out["crag"]
+    assert crag["rewriter"] == "keyword" and crag["rewritten_query"] == "won world cup"
+    assert retriever.queries == ["who won the world cup", "won world cup"]
+    assert out["answer"] == "I don't know." and crag["action"] == "abstain"  # the retry still grades INCORRECT
+
+
+@FAILED_REWRITES
+def test_no_rewrite_at_all_abstains(rewrite: Any, why: str) -> None:
+    if why.endswith("unchanged"):
+        rewrite = {"query": "  WHAT is   it? "}  # the model echoes this test's question
+    graph, _, _chat, retriever = make({}, chat=FakeChat(rewrite=rewrite))
+    out = graph.invoke({"question": "what is it?"})  # nothing but question and stop words: no keywords
     assert out["answer"] == "I don't know."
-    assert out["crag"]["action"] == "abstain"
-    assert out["crag"]["failure"].startswith(failure)
+    assert out["crag"]["action"] == "abstain" and out["crag"]["rewriter"] is None
+    assert out["crag"]["failure"].startswith(f"rewrite failed: the chat model gave no rewrite ({why}")
     assert len(retriever.queries) == 1  # no second retrieval
+
+
+def test_keyword_rewrite_can_rescue() -> None:
+    # the first pass (the question itself) finds nothing useful; the keyword query finds the answer
+    retriever = ListRetriever(docs=[doc(BAD, "b1"), doc(GOOD, "g1")], by_query={"When was": [doc(BAD, "b1")]})
+    graph, *_ = make({"completed in 1889": 0.9}, chat=FakeChat(rewrite=RuntimeError("down")), retriever=retriever)
+    out = graph.invoke({"question": "When was the Eiffel Tower completed?"})
+    crag = out["crag"]
+    assert crag["rewriter"] == "keyword" and crag["action"] == "rewrite"
+    assert [c["chunk_id"] for c in out["citations"]] == ["g1"]
 
 
 def test_max_rewrites_zero_never_rewrites() -> None:

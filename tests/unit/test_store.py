@@ -146,3 +146,27 @@ def test_chunks_respect_the_token_budget(size: int, overlap: int) -> None:
     assert all(n <= size for n in count_tokens(chunks))
     joined = " ".join(chunks)
     assert all(f"number {i} " in joined for i in range(60))
+
+
+def test_strip_markup_keeps_words_drops_markup() -> None:
+    from fastcrag.retrieval.text import strip_markup
+
+    rst = (
+        "The with statement\n******************\n\n.. note::\n   :class: aside\n\n   Body stays.\n\n"
+        "See :func:`os.path.join`, ``x = 1``, `Python <https://python.org>`_ and **PEP 343**.\n"
+        ".. a comment\n## Heading\nDots.......... here; a**2 and f(**kwargs) stay."
+    )
+    out = strip_markup(rst)
+    assert out.startswith("The with statement\n\n")
+    for gone in ("***", ".. note", ":class:", ":func:", "``", "<https", "**PEP", ".. a comment", "## ", "...."):
+        assert gone not in out, gone
+    for kept in ("Body stays.", "os.path.join", "x = 1", "Python", "PEP 343", "Heading", "a**2", "**kwargs"):
+        assert kept in out, kept
+    assert split_sentences(out)[0] == "The with statement"
+
+
+def test_html_loader_drops_page_furniture(tmp_path: Path) -> None:
+    page = tmp_path / "p.html"
+    page.write_text("<nav>Home | About</nav><header>Site</header><p>Real text here.</p><footer>(c) 2026</footer>")
+    [doc] = list(load_documents([page]))
+    assert "Real text here." in doc.text and not any(w in doc.text for w in ("Home", "Site", "(c)"))

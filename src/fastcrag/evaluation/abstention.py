@@ -31,7 +31,7 @@ from fastcrag.evaluation.scoring import (
     summarize,
 )
 
-VERSION = 2
+VERSION = 3  # 3: hybrid first pass and the keyword rewrite
 
 VARIANTS = ("crag", "threshold", "plain")
 """The graph configurations compared per generator: CRAG on; CRAG off abstaining below reranker_threshold
@@ -87,6 +87,8 @@ def score_response(
         "top_score": crag.get("top_score"),
         "strips_kept": crag.get("strips_kept"),
         "rewritten_query": crag.get("rewritten_query"),
+        "rewriter": crag.get("rewriter"),
+        "retrieval": crag.get("retrieval"),
         "failure": crag.get("failure"),
         "timings": crag.get("timings") or {},
         "outcome": outcome_of(answer, answers, abstained),
@@ -104,6 +106,7 @@ def run(cfg: AbstentionConfig, settings: Settings) -> int:
         "variants": cfg.variants,
         "excluded_calibration_sample": setup.exclude,
         "crag_max_rewrites": settings.crag_max_rewrites,
+        "retrieval": settings.retrieval,
         "crag_strip_min_tokens": settings.crag_strip_min_tokens,
     }
     log = ResultLog(cfg.out / "results.jsonl", config, fresh=cfg.fresh)
@@ -270,13 +273,30 @@ def class_table(sums: Mapping[str, Mapping[str, Summary]]) -> str:
 
 
 def action_table(sums: Mapping[str, Mapping[str, Summary]]) -> str:
-    """Final action per variant and class; a rewrite whose retry still grades INCORRECT ends in `abstain`."""
+    """Final action per variant and class; a rewrite whose retry still grades INCORRECT ends in `abstain`.
+
+    Of the rewrites tried (first retrieval graded INCORRECT): how many the keyword rewrite made, how many answerable
+    questions ended correct (rescued), and how many questions that should be declined ended in a wrong answer.
+    """
     rows = []
     for variant, per in sums.items():
         for cls in (*CLASSES, "all"):
             s = per[cls]
-            rows.append([variant, cls, s.n, *[s.actions.get(a, 0) for a in ACTIONS], s.rewrites_tried])
-    return rp.table(["variant", "class", "n", *ACTIONS, "rewrites tried"], rows)
+            rows.append(
+                [
+                    variant,
+                    cls,
+                    s.n,
+                    *[s.actions.get(a, 0) for a in ACTIONS],
+                    s.rewrites_tried,
+                    s.keyword_rewrites,
+                    s.rescued,
+                    s.rewrite_wrong,
+                ]
+            )
+    return rp.table(
+        ["variant", "class", "n", *ACTIONS, "rewrites tried", "keyword", "rescued", "rewrite -> wrong"], rows
+    )
 
 
 def write_report(

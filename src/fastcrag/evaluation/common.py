@@ -143,7 +143,7 @@ def cached_corpus_store(
     """
     from fastcrag.evaluation.runlog import config_hash
     from fastcrag.retrieval.embeddings import default_embeddings
-    from fastcrag.retrieval.store import IndexLoadError
+    from fastcrag.retrieval.store import FORMAT_VERSION, IndexLoadError
 
     embeddings = default_embeddings()
     folder = None
@@ -157,6 +157,7 @@ def cached_corpus_store(
                 "chunk_tokens": chunk_tokens,
                 "chunk_overlap": chunk_overlap,
                 "embedder": getattr(embeddings, "name", ""),
+                "format": FORMAT_VERSION,  # the index format covers how loaders clean text
             }
         )
         folder = cache.expanduser() / f"{corpus.name}-{key}"

@@ -1,4 +1,4 @@
-"""`fastcrag eval retrieval`: nDCG@10 and recall@10/100 on a BEIR folder, bi-encoder alone vs reranked."""
+"""`fastcrag eval retrieval`: nDCG@10 and recall on a BEIR folder: dense, BM25 and hybrid first passes, reranked."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from fastcrag.config.settings import Settings
 from fastcrag.evaluation import report as rp
@@ -15,10 +16,13 @@ from fastcrag.evaluation.common import DEFAULT_INDEX_CACHE, cached_corpus_store,
 from fastcrag.evaluation.datasets import read_qrels, read_queries
 from fastcrag.evaluation.runlog import ResultLog
 from fastcrag.grading.reranker import checked_scores
+from fastcrag.retrieval.hybrid import fuse
 
-VERSION = 1
+VERSION = 2  # 2: lexical and hybrid first passes; the reranker reorders the configured first pass
 KEEP = 100  # documents kept per query and system (recall@100 needs 100)
-MEASURES = ("nDCG@10", "R@10", "R@100")
+MEASURES = ("nDCG@10", "R@10", "R@20", "R@100")
+FIRST_PASSES = ("dense", "lexical", "hybrid")
+LABELS = {"dense": "dense (all-MiniLM-L6-v2)", "lexical": "lexical (BM25)", "hybrid": "hybrid (dense + BM25, RRF)"}
 
 
 @dataclass
@@ -54,13 +58,13 @@ def rank_documents(
     """Document runs from chunk hits, best chunk per document.
 
     Args:
-        hits: (doc id, chunk text, bi-encoder score) in bi-encoder order.
+        hits: (doc id, chunk text, first-pass score) in first-pass order.
         scores: Reranker scores of the hits belonging to the top `depth` documents (in hit order), or None.
         depth: Documents reranked.
 
     Returns:
-        (bi-encoder run, reranked run), each {doc: score} over at most `KEEP` documents. Reranked documents
-        rank above the rest, which keep their bi-encoder order.
+        (first-pass run, reranked run), each {doc: score} over at most `KEEP` documents. Reranked documents
+        rank above the rest, which keep their first-pass order.
     """
     bi: dict[str, float] = {}
     for d, _, s in hits:
@@ -77,6 +81,11 @@ def rank_documents(
             rr[d] = bi[d] - 2.0
     keep_rr = sorted(rr, key=lambda d: rr[d], reverse=True)[:KEEP]
     return {d: bi[d] for d in order[:KEEP]}, {d: rr[d] for d in keep_rr}
+
+
+def _hits(found: list[tuple[Any, float]]) -> list[tuple[str, str, float]]:
+    """(BEIR doc id, chunk text, score) of each retrieved chunk, in retrieval order."""
+    return [(doc_id(str(d.metadata.get("source", ""))), d.page_content, s) for d, s in found]
 
 
 def evaluate(qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
@@ -110,6 +119,7 @@ def run(cfg: RetrievalConfig, settings: Settings) -> int:
         "queries": qids if cfg.queries else len(qids),
         "depth": cfg.depth,
         "reranker": grader.name,
+        "reranked_first_pass": settings.retrieval,
         "chunk_tokens": settings.chunk_tokens,
         "chunk_overlap": settings.chunk_overlap,
     }
@@ -132,24 +142,32 @@ def run(cfg: RetrievalConfig, settings: Settings) -> int:
             with progress(len(qids), len(qids) - len(todo), "eval retrieval") as bar:
                 for q in todo:
                     t0 = time.perf_counter()
-                    found = store.similarity_search_with_score(texts[q], k=k)
-                    hits = [(doc_id(str(d.metadata.get("source", ""))), d.page_content, s) for d, s in found]
+                    dense = store.similarity_search_with_score(texts[q], k=k)
                     t1 = time.perf_counter()
-                    order = list(dict.fromkeys(h[0] for h in sorted(hits, key=lambda h: h[2], reverse=True)))
+                    lexical = store.lexical_search_with_score(texts[q], k=k)
+                    t2 = time.perf_counter()
+                    hybrid = fuse([d for d, _ in dense], [d for d, _ in lexical], k)
+                    t3 = time.perf_counter()
+                    passes = {
+                        "dense": _hits(dense),
+                        "lexical": _hits(lexical),
+                        "hybrid": _hits([(d, float(d.metadata["rrf"])) for d in hybrid]),
+                    }
+                    hits = passes[settings.retrieval]
+                    order = list(dict.fromkeys(h[0] for h in hits))
                     top = set(order[: cfg.depth])
                     scores = checked_scores(grader, texts[q], [h[1] for h in hits if h[0] in top])
-                    t2 = time.perf_counter()
-                    bi, rr = rank_documents(hits, scores, cfg.depth)
-                    log.add(
-                        q,
-                        {
-                            "bi": bi,
-                            "rr": rr,
-                            "pairs": len(scores),
-                            "retrieve_ms": round((t1 - t0) * 1000, 2),
-                            "rerank_ms": round((t2 - t1) * 1000, 2),
-                        },
-                    )
+                    t4 = time.perf_counter()
+                    record = {name: rank_documents(h, None, cfg.depth)[0] for name, h in passes.items()}
+                    record |= {
+                        "rr": rank_documents(hits, scores, cfg.depth)[1],
+                        "pairs": len(scores),
+                        "dense_ms": round((t1 - t0) * 1000, 2),
+                        "lexical_ms": round((t2 - t1) * 1000, 2),
+                        "fuse_ms": round((t3 - t2) * 1000, 2),
+                        "rerank_ms": round((t4 - t3) * 1000, 2),
+                    }
+                    log.add(q, record)
                     bar.update(1)
     finally:
         write_report(cfg, log, qrels, len(qids), grader.name, time.perf_counter() - started, index_note)
@@ -168,25 +186,29 @@ def write_report(
     """Write report.md, summary.json and metrics.png; return the report text."""
     records = log.records
     systems: dict[str, dict[str, float]] = {}
+    first_pass = str(log.config.get("reranked_first_pass", "dense"))
     if records:
-        systems["bi-encoder (all-MiniLM-L6-v2)"] = evaluate(qrels, {q: r["bi"] for q, r in records.items()})
-        systems[f"+ reranker ({grader}, top {cfg.depth})"] = evaluate(qrels, {q: r["rr"] for q, r in records.items()})
+        for name in FIRST_PASSES:
+            systems[LABELS[name]] = evaluate(qrels, {q: r[name] for q, r in records.items()})
+        systems[f"{first_pass} + reranker ({grader}, top {cfg.depth})"] = evaluate(
+            qrels, {q: r["rr"] for q, r in records.items()}
+        )
     cfg.out.mkdir(parents=True, exist_ok=True)
     if systems:
         rp.plot_bars(systems, cfg.out / "metrics.png", f"{cfg.beir.name} {cfg.split}: retrieval quality")
-    rerank_ms = [float(r["rerank_ms"]) for r in records.values()]
+    ms = {key: [float(r[key]) for r in records.values()] for key in ("dense_ms", "lexical_ms", "rerank_ms")}
     pairs = [int(r["pairs"]) for r in records.values()]
     lines = [
         f"# Retrieval: {cfg.beir.name} ({cfg.split} qrels)",
         "",
         rp.completion_note(len(records), total),
         "",
-        f"- Corpus `{cfg.beir}` chunked as `fastcrag index` chunks; document score = best chunk. Bi-encoder: "
-        f"all-MiniLM-L6-v2 cosine; reranker: `{grader}` over the retrieved chunks of the top {cfg.depth} "
-        "documents.",
+        f"- Corpus `{cfg.beir}` chunked as `fastcrag index` chunks; document score = best chunk. First passes "
+        "over the same index: dense (all-MiniLM-L6-v2 cosine), lexical (BM25 over stemmed words, the index's "
+        "lexical.npz) and hybrid (both fused by reciprocal rank fusion, k = 60). Reranker: "
+        f"`{grader}` over the {first_pass} first pass's chunks of its top {cfg.depth} documents.",
         f"- Metrics by ir-measures (pytrec_eval): {', '.join(MEASURES)}; R@100 of the reranked run "
-        f"equals the "
-        f"bi-encoder's (reranking reorders the top {cfg.depth} documents; it adds none).",
+        f"equals its first pass's (reranking reorders the top {cfg.depth} documents; it adds none).",
         f"- Queries: {len(records)} of {total}. Config hash `{log.hash}`. Machine: {machine_note()}; "
         f"wall time "
         f"{seconds / 60:.1f} min ({index_note}); "
@@ -194,8 +216,9 @@ def write_report(
         "",
         rp.table(["system", *MEASURES], [[s, *[m[k] for k in MEASURES]] for s, m in systems.items()]),
         "",
-        f"Reranking cost: P50 {rp.percentile(rerank_ms, 50):.0f} ms per query for "
-        f"{rp.percentile([float(p) for p in pairs], 50):.0f} chunk pairs (P50).",
+        f"Cost per query (P50): dense search {rp.percentile(ms['dense_ms'], 50):.1f} ms, BM25 "
+        f"{rp.percentile(ms['lexical_ms'], 50):.1f} ms, reranking {rp.percentile(ms['rerank_ms'], 50):.0f} ms for "
+        f"{rp.percentile([float(p) for p in pairs], 50):.0f} chunk pairs.",
         "",
         "![metrics](metrics.png)",
     ]

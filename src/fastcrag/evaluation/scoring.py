@@ -85,6 +85,9 @@ class Summary:
     abstention_recall: float | None
     actions: dict[str, int] = field(default_factory=dict)
     rewrites_tried: int = 0
+    keyword_rewrites: int = 0
+    rescued: int = 0
+    rewrite_wrong: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """Plain-dict form for JSON."""
@@ -99,6 +102,8 @@ def should_abstain(kind: str) -> bool:
 def summarize(records: Sequence[Mapping[str, Any]]) -> Summary:
     """Summarise records carrying `kind`, `outcome`, `action` (and `rewritten_query` when a rewrite ran).
 
+    Rewrites run only on questions whose first retrieval graded INCORRECT: `rescued` counts the answerable ones
+    among them that end correct, `rewrite_wrong` the unanswerable or off-corpus ones that end in a wrong answer.
     Abstention precision: the share of abstentions that fell on questions that should be declined;
     abstention recall: the share of those questions that were declined. Either is None when undefined.
     """
@@ -108,6 +113,7 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> Summary:
     should = [r for r in records if should_abstain(str(r["kind"]))]
     answered = n - counts["abstained"]
     actions = Counter(str(r.get("action")) for r in records)
+    rewritten = [r for r in records if r.get("rewritten_query")]
     return Summary(
         n=n,
         correct=counts["correct"],
@@ -119,7 +125,10 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> Summary:
         abstention_precision=_ratio(sum(should_abstain(str(r["kind"])) for r in abstained), len(abstained)),
         abstention_recall=_ratio(sum(r["outcome"] == "abstained" for r in should), len(should)),
         actions={a: actions[a] for a in ACTIONS if actions[a]},
-        rewrites_tried=sum(bool(r.get("rewritten_query")) for r in records),
+        rewrites_tried=len(rewritten),
+        keyword_rewrites=sum(r.get("rewriter") == "keyword" for r in rewritten),
+        rescued=sum(r["outcome"] == "correct" for r in rewritten),
+        rewrite_wrong=sum(r["outcome"] == "wrong" and should_abstain(str(r["kind"])) for r in rewritten),
     )
 
 

@@ -12,7 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from fastcrag.retrieval.embeddings import SentenceTransformerEmbeddings, default_embeddings
 
-PACKAGED_GRADER = Path(__file__).resolve().parent / "models" / "grader"
+PACKAGED_GRADER = Path(__file__).resolve().parent.parent / "models" / "grader"
 BI_ENCODER = "bi-encoder"
 
 

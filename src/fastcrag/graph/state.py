@@ -63,6 +63,8 @@ class State(InputState, OutputState, total=False):
     retry: bool  # the next retrieval uses `rewritten_query` (set by rewrite, cleared by retrieve)
     rewrites: int
     rewritten_query: str | None
+    rewriter: str | None  # which rewrite ran: "llm" (the chat model) or "keyword" (searched lexically)
+    retrieval: str | None  # the route of the last retrieval: hybrid, dense, lexical, or a fallback with its reason
     candidates: list[Candidate]
     band: Band | None
     top_score: float | None
@@ -110,6 +112,8 @@ def trace(state: State, action: Action, timings: dict[str, float], extra: dict[s
         "top_score": state.get("top_score"),
         "strips_kept": state.get("strips_kept") or 0,
         "rewritten_query": state.get("rewritten_query"),
+        "rewriter": state.get("rewriter"),
+        "retrieval": state.get("retrieval"),
         "verdicts": state.get("verdicts") or [],
         "timings": {stage: round(timings.get(stage, 0.0), 3) for stage in STAGES},
         "failure": state.get("failure"),

@@ -13,6 +13,7 @@ from fastcrag.config.settings import Context
 from fastcrag.grading.reranker import checked_scores
 from fastcrag.graph.state import Candidate, State, add_time, question_of
 from fastcrag.nodes import Node
+from fastcrag.retrieval.hybrid import HybridRetriever
 from fastcrag.retrieval.text import clean_text
 
 
@@ -35,6 +36,8 @@ def make(parts: Components) -> Node:
             update |= {
                 "rewrites": 0,
                 "rewritten_query": None,
+                "rewriter": None,
+                "retrieval": None,
                 "strips_kept": None,
                 "band": None,
                 "top_score": None,
@@ -53,7 +56,13 @@ def make(parts: Components) -> Node:
         query = str(state.get("rewritten_query") or question) if retry else question
         started = time.perf_counter()
         try:
-            docs = parts.retriever().invoke(query)
+            retriever = parts.retriever()
+            if isinstance(retriever, HybridRetriever):
+                # a keyword rewrite is a bag of search terms: it is searched lexically
+                mode = "lexical" if retry and state.get("rewriter") == "keyword" else None
+                docs, update["retrieval"] = retriever.search(query, mode)
+            else:
+                docs, update["retrieval"] = retriever.invoke(query), type(retriever).__name__
         except Exception as exc:  # a retriever failure abstains with the reason in the trace
             return update | {"failure": f"retriever raised {type(exc).__name__}: {exc}"}
         fetched = time.perf_counter()

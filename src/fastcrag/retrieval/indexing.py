@@ -13,7 +13,7 @@ from pathlib import Path
 
 from fastcrag.retrieval.embeddings import SentenceTransformerEmbeddings, default_embeddings
 from fastcrag.retrieval.loaders import SourceDocument, python_reference
-from fastcrag.retrieval.store import FaissStore, IndexLoadError
+from fastcrag.retrieval.store import FaissStore, IndexFormatError, IndexLoadError
 from fastcrag.retrieval.text import chunk_text
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,9 @@ def build_index(
     started = time.perf_counter()
     try:
         store = FaissStore.load(folder, embeddings)
+    except IndexFormatError as exc:
+        log.warning("%s: re-indexing every document", exc)
+        store = FaissStore(embeddings)
     except IndexLoadError:
         if (folder / "CURRENT").exists():
             raise
@@ -105,7 +108,7 @@ def build_index(
         bar.close()
     report.chunks_added = len(texts)
     report.chunks_total = len(store)
-    if texts or report.documents_changed or not (folder / "CURRENT").exists():
+    if texts or report.documents_changed or store.lexical_error or not (folder / "CURRENT").exists():
         store.save(folder, meta=settings)
     report.seconds = time.perf_counter() - started
     return report
@@ -122,7 +125,10 @@ def ensure_default_index(chunk_tokens: int = 128, chunk_overlap: int = 24, progr
     """Build the embedded Python-reference index once, then reuse it."""
     folder = default_index_dir()
     try:
-        FaissStore.load(folder, default_embeddings())
+        store = FaissStore.load(folder, default_embeddings())
+        if store.lexical_error is not None:
+            print(f"fastcrag: {store.lexical_error}; rebuilding it from the chunks", file=sys.stderr)
+            store.save(folder, meta={"chunk_tokens": chunk_tokens, "chunk_overlap": chunk_overlap})
     except IndexLoadError:
         shutil.rmtree(folder, ignore_errors=True)
         print(f"fastcrag: building the embedded Python-reference index in {folder} (once)", file=sys.stderr)

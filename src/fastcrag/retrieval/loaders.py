@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from fastcrag.retrieval.text import clean_text
+from fastcrag.retrieval.text import clean_text, strip_markup
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,8 @@ def _html(path: Path) -> str:
     from bs4 import BeautifulSoup
 
     soup = BeautifulSoup(_read_text(path), "html.parser")
-    for tag in soup(["script", "style", "noscript", "template"]):
+    # page furniture is not content: navigation, headers and footers, sidebars, forms
+    for tag in soup(["script", "style", "noscript", "template", "nav", "header", "footer", "aside", "form", "button"]):
         tag.decompose()
     return str(soup.get_text("\n"))
 
@@ -74,6 +75,11 @@ def _beir(path: Path) -> Iterator[SourceDocument]:
             yield SourceDocument(f"{path.name}#{doc_id}", title, f"{title}\n\n{text}" if title else text)
 
 
+def clean(text: str) -> str:
+    """What every loader does to a document's text before chunking: `clean_text`, then `strip_markup`."""
+    return strip_markup(clean_text(text))
+
+
 def iter_files(paths: list[Path]) -> Iterator[Path]:
     """Every supported file under the given files and folders, in a stable order."""
     for path in paths:
@@ -95,14 +101,14 @@ def load_documents(paths: list[Path]) -> Iterator[SourceDocument]:
         if suffix in (".jsonl", ".jsonl.gz"):
             for doc in _beir(path):
                 if doc.text.strip():
-                    yield SourceDocument(doc.source, doc.title, clean_text(doc.text))
+                    yield SourceDocument(doc.source, doc.title, clean(doc.text))
             continue
         try:
             text = _html(path) if suffix in HTML_SUFFIXES else _pdf(path) if suffix == ".pdf" else _read_text(path)
         except Exception as exc:  # a damaged file must not stop the whole build
             log.warning("%s could not be read (%s: %s); skipped", path, type(exc).__name__, exc)
             continue
-        text = clean_text(text)
+        text = clean(text)
         if not text.strip():
             log.warning("%s is empty; skipped", path)
             continue
@@ -114,6 +120,6 @@ def python_reference() -> Iterator[SourceDocument]:
     from pydoc_data.topics import topics
 
     for name in sorted(topics):
-        text = clean_text(topics[name])
+        text = clean(topics[name])
         if text.strip():
             yield SourceDocument(f"pydoc:{name}", name, text)

@@ -1,4 +1,7 @@
-"""FAISS vector store persisted without pickle: index.faiss + chunks.jsonl + manifest.json, swapped atomically."""
+"""FAISS vector store with its BM25 twin, persisted without pickle and swapped atomically.
+
+A version folder holds index.faiss + lexical.npz + chunks.jsonl + manifest.json, row for row in step.
+"""
 
 from __future__ import annotations
 
@@ -15,12 +18,20 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
+from fastcrag.retrieval.lexical import FILE as LEXICAL_FILE
+from fastcrag.retrieval.lexical import LexicalIndex, LexicalIndexError
+
 CURRENT = "CURRENT"
-FORMAT_VERSION = 1
+# 2: a lexical index beside the FAISS one, and passages cleaned of markup before chunking.
+FORMAT_VERSION = 2
 
 
 class IndexLoadError(RuntimeError):
     """The index folder is missing, damaged or out of step; the message names the folder."""
+
+
+class IndexFormatError(IndexLoadError):
+    """The index was written by another format version of fastcrag; rebuild it."""
 
 
 class FaissStore(VectorStore):
@@ -32,6 +43,8 @@ class FaissStore(VectorStore):
         index: Any = None,
         chunks: list[dict[str, Any]] | None = None,
         documents: dict[str, dict[str, Any]] | None = None,
+        lexical: LexicalIndex | None = None,
+        lexical_error: str | None = None,
     ) -> None:
         """Create a store.
 
@@ -40,11 +53,15 @@ class FaissStore(VectorStore):
             index: A `faiss.IndexFlatIP`; a new empty one when None.
             chunks: One dict per index row: `id`, `text`, and `metadata`.
             documents: Per source document: `hash` and its chunk `ids` (for incremental updates).
+            lexical: The BM25 index over `chunks`, row for row; built from the chunks on first use when None.
+            lexical_error: Why the saved lexical index could not be used (then lexical search is refused).
         """
         self.embedding = embedding
         self._index = index
         self.chunks: list[dict[str, Any]] = chunks or []
         self.documents: dict[str, dict[str, Any]] = documents or {}
+        self._lexical = lexical
+        self.lexical_error = lexical_error
 
     @property
     def embeddings(self) -> Embeddings:
@@ -92,6 +109,7 @@ class FaissStore(VectorStore):
         ids = list(ids) if ids is not None else [uuid.uuid4().hex for _ in texts]
         metadatas = list(metadatas) if metadatas is not None else [{} for _ in texts]
         self._ensure_index(vectors.shape[1]).add(vectors)
+        self._lexical, self.lexical_error = None, None  # rebuilt from the chunks when next needed
         for text, meta, chunk_id in zip(texts, metadatas, ids, strict=True):
             self.chunks.append({"id": chunk_id, "text": text, "metadata": {**meta, "chunk_id": chunk_id}})
         return ids
@@ -112,6 +130,7 @@ class FaissStore(VectorStore):
             index.add(np.ascontiguousarray(vectors))
         self._index = index
         self.chunks = [self.chunks[i] for i in keep]
+        self._lexical, self.lexical_error = None, None
         return True
 
     # -- reading -----------------------------------------------------------------------------------------
@@ -127,6 +146,27 @@ class FaissStore(VectorStore):
                 continue
             chunk = self.chunks[int(row)]
             out.append((Document(page_content=chunk["text"], metadata=dict(chunk["metadata"])), float(score)))
+        return out
+
+    def lexical(self) -> LexicalIndex:
+        """The BM25 index over the chunks (built on first use for a store made in memory).
+
+        Raises:
+            LexicalIndexError: the saved lexical index was missing, damaged or out of step (message names it).
+        """
+        if self.lexical_error is not None:
+            raise LexicalIndexError(self.lexical_error)
+        if self._lexical is None:
+            self._lexical = LexicalIndex.build([c["text"] for c in self.chunks])
+        return self._lexical
+
+    def lexical_search_with_score(self, query: str, k: int = 4) -> list[tuple[Document, float]]:
+        """Top-k chunks by BM25, with the BM25 score."""
+        hits = self.lexical().search(query, k) if query.strip() else []
+        out = []
+        for row, score in hits:
+            chunk = self.chunks[row]
+            out.append((Document(page_content=chunk["text"], metadata=dict(chunk["metadata"])), score))
         return out
 
     def _similarity_search_with_relevance_scores(
@@ -172,6 +212,9 @@ class FaissStore(VectorStore):
         staging.mkdir()
         index = self._index if self._index is not None else faiss.IndexFlatIP(_dimension(self.embedding))
         faiss.write_index(index, str(staging / "index.faiss"))
+        if self.lexical_error is not None:  # a damaged lexical index is rebuilt from the chunks
+            self._lexical, self.lexical_error = None, None
+        self.lexical().save(staging / LEXICAL_FILE)
         with open(staging / "chunks.jsonl", "w", encoding="utf-8") as fh:
             for chunk in self.chunks:
                 fh.write(json.dumps(chunk, ensure_ascii=False) + "\n")
@@ -184,7 +227,7 @@ class FaissStore(VectorStore):
             **(meta or {}),
         }
         (staging / "manifest.json").write_text(json.dumps(manifest, ensure_ascii=False), encoding="utf-8")
-        for name in ("index.faiss", "chunks.jsonl", "manifest.json"):
+        for name in ("index.faiss", LEXICAL_FILE, "chunks.jsonl", "manifest.json"):
             _fsync(staging / name)
         version = folder / f"v-{uuid.uuid4().hex[:12]}"
         os.replace(staging, version)
@@ -202,9 +245,13 @@ class FaissStore(VectorStore):
     def load(cls, folder: str | Path, embedding: Embeddings) -> FaissStore:
         """Load the current version of a saved store.
 
+        A lexical index that is missing, damaged or out of step does not stop the load: the store serves dense
+        search and refuses lexical search with `lexical_error`, which names the file.
+
         Raises:
             IndexLoadError: the folder holds no index, a file is damaged, the chunk store is out of step with
                 the FAISS index, or the index was built with another embedder.
+            IndexFormatError: the index was written by another format version.
         """
         import faiss
 
@@ -224,6 +271,11 @@ class FaissStore(VectorStore):
                 chunks = [json.loads(line) for line in fh if line.strip()]
         except (OSError, ValueError, RuntimeError) as exc:
             raise IndexLoadError(f"index {folder} is damaged ({type(exc).__name__}: {exc}); rebuild it") from None
+        if manifest.get("format") != FORMAT_VERSION:
+            raise IndexFormatError(
+                f"index {folder} has format {manifest.get('format')}, this fastcrag reads format {FORMAT_VERSION}; "
+                "rebuild it (`fastcrag index` rebuilds it in place)"
+            )
         if not (index.ntotal == len(chunks) == manifest.get("count")):
             raise IndexLoadError(
                 f"index {folder} is out of step: FAISS holds {index.ntotal} vectors, the chunk store "
@@ -232,7 +284,12 @@ class FaissStore(VectorStore):
         name = getattr(embedding, "name", None)
         if name is not None and manifest.get("embedder") not in (None, name):
             raise IndexLoadError(f"index {folder} was built with embedder {manifest['embedder']!r}, not {name!r}")
-        return cls(embedding, index, chunks, manifest.get("documents", {}))
+        lexical, lexical_error = None, None
+        try:
+            lexical = LexicalIndex.load(version / LEXICAL_FILE, len(chunks))
+        except LexicalIndexError as exc:
+            lexical_error = str(exc)
+        return cls(embedding, index, chunks, manifest.get("documents", {}), lexical, lexical_error)
 
 
 def _dimension(embedding: Embeddings) -> int:

@@ -1,4 +1,4 @@
-"""Text units: sentence strips, token counting and token-budgeted chunking."""
+"""Text units: cleaning (control characters, markup that is not text), sentence strips, token-budgeted chunks."""
 
 from __future__ import annotations
 
@@ -57,6 +57,38 @@ def clean_text(text: str) -> str:
     """Normalise text for indexing and prompting: NFC, no control characters or lone surrogates."""
     text = text.encode("utf-8", errors="replace").decode("utf-8")
     return _CONTROL.sub(" ", unicodedata.normalize("NFC", text))
+
+
+# Markup that is not text: reST heading under/overlines and Markdown rules (a line of one repeated mark), reST
+# directives and comments, roles and inline literals, Markdown heading marks, and runs of one punctuation mark.
+_RULE_LINE = re.compile(r"^[ \t]*([-=~^*#+_.:'\"`<>|])\1{3,}[ \t]*$", re.MULTILINE)
+_DIRECTIVE = re.compile(r"^[ \t]*\.\.[ \t]+[\w-]+::.*\n?(?:[ \t]+:[\w -]+:.*\n?)*", re.MULTILINE)  # and its options
+_COMMENT = re.compile(r"^[ \t]*\.\.(?:[ \t].*)?$", re.MULTILINE)  # comments, targets, substitutions
+_ROLE = re.compile(r":(?:[\w-]+:)?[\w-]+:`([^`<\n]*?)(?:\s*<[^>\n]*>)?`")
+_LINK = re.compile(r"`([^`<\n]+?)\s*<[^>\n]*>`_{1,2}")
+_LITERAL = re.compile(r"``([^`\n]+)``")
+_BOLD = re.compile(r"(?<![\w*])\*\*([^\s*](?:[^*\n]*?[^\s*])?)\*\*(?![\w*])")  # not x**2, not **kwargs
+_MD_HEADING = re.compile(r"^[ \t]{0,3}#{1,6}[ \t]+", re.MULTILINE)
+_PUNCT_RUN = re.compile(r"([^\w\s])\1{3,}")
+
+
+def strip_markup(text: str) -> str:
+    """Remove markup that is not text, keeping the words it decorates; loaders apply it before chunking.
+
+    Heading under/overlines and rules become blank lines (so a heading stays its own strip), directives and
+    comments go, `:role:`text``, ``literal`` and **bold** keep their text, and a run of four or more of one punctuation mark
+    becomes a space.
+    """
+    text = _RULE_LINE.sub("", text)
+    text = _DIRECTIVE.sub("", text)
+    text = _COMMENT.sub("", text)
+    text = _ROLE.sub(r"\1", text)
+    text = _LINK.sub(r"\1", text)
+    text = _LITERAL.sub(r"\1", text)
+    text = _BOLD.sub(r"\1", text)
+    text = _MD_HEADING.sub("", text)
+    text = _PUNCT_RUN.sub(" ", text)
+    return re.sub(r"\n{3,}", "\n\n", text)
 
 
 def split_sentences(text: str) -> list[str]:

@@ -1,0 +1,102 @@
+"""First-pass retrieval over a `FaissStore`: dense, lexical (BM25), or both fused by reciprocal rank fusion."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal, get_args
+
+from langchain_core.callbacks import CallbackManagerForRetrieverRun
+from langchain_core.documents import Document
+from langchain_core.retrievers import BaseRetriever
+from pydantic import ConfigDict
+
+from fastcrag.retrieval.lexical import LexicalIndexError
+from fastcrag.retrieval.store import FaissStore
+
+Mode = Literal["hybrid", "dense", "lexical"]
+MODES: tuple[str, ...] = get_args(Mode)
+RRF_K = 60  # the constant of Cormack et al. (2009): ranks past a few dozen barely count
+
+
+def rrf(rankings: list[list[str]], k: int = RRF_K) -> dict[str, float]:
+    """Reciprocal rank fusion: sum over rankings of 1 / (k + rank), rank from 1; ids in several lists add up."""
+    fused: dict[str, float] = {}
+    for ranking in rankings:
+        for rank, key in enumerate(ranking, 1):
+            fused[key] = fused.get(key, 0.0) + 1.0 / (k + rank)
+    return fused
+
+
+def fuse(dense: list[Document], lexical: list[Document], k: int) -> list[Document]:
+    """The `k` best of both rankings by reciprocal rank fusion, one document per chunk id (metadata merged).
+
+    Each kept document's metadata carries its fused score as `rrf`.
+    """
+    by_id: dict[str, Document] = {}
+    for doc in [*dense, *lexical]:
+        key = _key(doc)
+        if key in by_id:
+            by_id[key].metadata.update(doc.metadata)
+        else:
+            by_id[key] = doc
+    fused = rrf([[_key(d) for d in dense], [_key(d) for d in lexical]])
+    best = sorted(by_id, key=lambda key: fused[key], reverse=True)[:k]
+    for key in best:
+        by_id[key].metadata["rrf"] = round(fused[key], 6)
+    return [by_id[key] for key in best]
+
+
+class HybridRetriever(BaseRetriever):
+    """The `k` best chunks for a query by `mode`; each document's metadata carries `route`, the mode that ran.
+
+    In hybrid mode each side retrieves `k` chunks; the union, de-duplicated by chunk id, is ordered by reciprocal
+    rank fusion. When the lexical index is unusable (missing, damaged or out of step with the FAISS rows), hybrid
+    mode falls back to dense search and says so in `route`; lexical mode raises the error, which names the file.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    store: FaissStore
+    mode: Mode = "hybrid"
+    k: int = 20
+
+    def search(self, query: str, mode: Mode | None = None) -> tuple[list[Document], str]:
+        """The documents and the route taken (`hybrid`, `dense`, `lexical`, or `dense (fallback: ...)`)."""
+        mode = mode or self.mode
+        if mode not in MODES:
+            raise ValueError(f"retrieval mode {mode!r} is not one of {', '.join(MODES)}")
+        if mode == "dense":
+            return self._dense(query), "dense"
+        try:
+            lexical = self.store.lexical_search_with_score(query, self.k)
+        except LexicalIndexError as exc:
+            if mode == "lexical":
+                raise
+            return self._dense(query), f"dense (fallback: {exc})"
+        for doc, score in lexical:
+            doc.metadata["lexical_score"] = score
+        if mode == "lexical":
+            return [d for d, _ in lexical], "lexical"
+        return fuse(self._dense(query), [d for d, _ in lexical], self.k), "hybrid"
+
+    def idf(self) -> Callable[[str], float] | None:
+        """The lexical index's word weights (for query expansion), or None when it is unusable."""
+        try:
+            return self.store.lexical().idf
+        except LexicalIndexError:
+            return None
+
+    def _dense(self, query: str) -> list[Document]:
+        return self.store.similarity_search(query, k=self.k)
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> list[Document]:
+        docs, route = self.search(query, kwargs.get("mode"))
+        for doc in docs:
+            doc.metadata["route"] = route
+        return docs
+
+
+def _key(doc: Document) -> str:
+    return str(doc.metadata.get("chunk_id") or doc.page_content)
