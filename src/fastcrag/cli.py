@@ -88,10 +88,10 @@ def format_result(result: dict[str, Any]) -> str:
         f"Trace: action={crag.get('action')} band={crag.get('band')} "
         f"top_score={'n/a' if top is None else f'{top:.3f}'} "
         f"thresholds={thresholds.get('reranker_threshold')}/{thresholds.get('crag_upper')} "
-        f"grader={crag.get('reranker')} strips_kept={crag.get('strips_kept')}"
+        f"grader={crag.get('reranker')} strips_kept={crag.get('strips_kept')} retrieval={crag.get('retrieval')}"
     )
     if crag.get("rewritten_query"):
-        lines.append(f"  rewritten query: {crag['rewritten_query']}")
+        lines.append(f"  rewritten query ({crag.get('rewriter')}): {crag['rewritten_query']}")
     if crag.get("failure"):
         lines.append(f"  failure: {crag['failure']}")
     timings = crag.get("timings", {})
