@@ -14,7 +14,7 @@ SMOLLM2_LLM = "llamacpp:SmolLM2-135M-Instruct"
 #: The default generator: the one with the higher truthfulness in `fastcrag eval abstention` (README, Results).
 DEFAULT_LLM = SMOLLM2_LLM
 #: The default first pass: the one with the higher nDCG@10 in `fastcrag eval retrieval` (README, Results).
-DEFAULT_RETRIEVAL = "hybrid"
+DEFAULT_RETRIEVAL: Literal["hybrid", "dense", "lexical"] = "hybrid"
 
 
 class Settings(BaseSettings):

@@ -158,7 +158,7 @@ def run(cfg: RetrievalConfig, settings: Settings) -> int:
                     top = set(order[: cfg.depth])
                     scores = checked_scores(grader, texts[q], [h[1] for h in hits if h[0] in top])
                     t4 = time.perf_counter()
-                    record = {name: rank_documents(h, None, cfg.depth)[0] for name, h in passes.items()}
+                    record: dict[str, Any] = {name: rank_documents(h, None, cfg.depth)[0] for name, h in passes.items()}
                     record |= {
                         "rr": rank_documents(hits, scores, cfg.depth)[1],
                         "pairs": len(scores),

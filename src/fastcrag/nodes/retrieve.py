@@ -13,7 +13,7 @@ from fastcrag.config.settings import Context
 from fastcrag.grading.reranker import checked_scores
 from fastcrag.graph.state import Candidate, State, add_time, question_of
 from fastcrag.nodes import Node
-from fastcrag.retrieval.hybrid import HybridRetriever
+from fastcrag.retrieval.hybrid import HybridRetriever, Mode
 from fastcrag.retrieval.text import clean_text
 
 
@@ -59,7 +59,7 @@ def make(parts: Components) -> Node:
             retriever = parts.retriever()
             if isinstance(retriever, HybridRetriever):
                 # a keyword rewrite is a bag of search terms: it is searched lexically
-                mode = "lexical" if retry and state.get("rewriter") == "keyword" else None
+                mode: Mode | None = "lexical" if retry and state.get("rewriter") == "keyword" else None
                 docs, update["retrieval"] = retriever.search(query, mode)
             else:
                 docs, update["retrieval"] = retriever.invoke(query), type(retriever).__name__

@@ -82,10 +82,10 @@ class LexicalIndex:
             plist = postings[term]
             idf = np.log1p((n - len(plist) + 0.5) / (len(plist) + 0.5))
             docs = np.fromiter((r for r, _ in plist), dtype=np.int32, count=len(plist))
-            tf = np.fromiter((t for _, t in plist), dtype=np.float32, count=len(plist))
+            freqs = np.fromiter((t for _, t in plist), dtype=np.float32, count=len(plist))
             norm = K1 * (1.0 - B + B * lengths[docs] / avg)
             indices.extend(docs.tolist())
-            weights.extend((idf * tf * (K1 + 1.0) / (tf + norm)).tolist())
+            weights.extend((idf * freqs * (K1 + 1.0) / (freqs + norm)).tolist())
             indptr[i + 1] = len(indices)
         return cls(vocab, indptr, indices, weights, n)
 

@@ -76,8 +76,8 @@ def strip_markup(text: str) -> str:
     """Remove markup that is not text, keeping the words it decorates; loaders apply it before chunking.
 
     Heading under/overlines and rules become blank lines (so a heading stays its own strip), directives and
-    comments go, `:role:`text``, ``literal`` and **bold** keep their text, and a run of four or more of one punctuation mark
-    becomes a space.
+    comments go, `:role:`text``, ``literal`` and **bold** keep their text, and a run of four or more of one
+    punctuation mark becomes a space.
     """
     text = _RULE_LINE.sub("", text)
     text = _DIRECTIVE.sub("", text)
