@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -148,11 +149,29 @@ def test_expansion_terms_come_from_several_feedback_passages() -> None:
     assert keyword_rewrite("How does the with statement work?", feedback) == "statement work context manager"
 
 
+ANY_TEXT = st.text(alphabet=st.characters(codec=None, blacklist_categories=()), max_size=400)  # as test_faults
+
+
 @settings(max_examples=200, deadline=None)
-@given(st.text(max_size=400), st.lists(st.text(max_size=300), max_size=4))
+@given(ANY_TEXT, st.lists(ANY_TEXT, max_size=4))
 def test_keyword_rewrite_never_crashes_and_stays_bounded(question: str, feedback: list[str]) -> None:
     query = keyword_rewrite(question, feedback)
     assert isinstance(query, str) and query == query.strip()
     if not any(ch.isalnum() for ch in question):
         assert query == ""  # nothing to search: the node abstains
     LexicalIndex.build(feedback or ["x"]).search(query, 3)
+
+
+@pytest.fixture(scope="module")
+def hybrid_graph(tmp_path_factory: pytest.TempPathFactory) -> object:
+    store = build(tmp_path_factory.mktemp("index"))
+    chat = FakeChat(rewrite=RuntimeError("no model"))  # every rewrite falls to the keyword rewrite
+    return build_graph(retriever=store, reranker=ScriptedReranker({}), llm=chat, calibration=CALIBRATION)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ANY_TEXT)
+def test_any_question_through_hybrid_and_keyword_rewrite_abstains_cleanly(hybrid_graph: Any, question: str) -> None:
+    out = hybrid_graph.invoke({"question": question})
+    assert out["answer"] == "I don't know." and out["crag"]["action"] == "abstain"
+    assert out["crag"]["rewriter"] in (None, "keyword")

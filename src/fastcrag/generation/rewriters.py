@@ -28,7 +28,9 @@ EXPANSIONS = 3
 
 def _keep(token: str) -> bool:
     low = token.casefold()
-    return low not in STOP_WORDS and low not in QUESTION_WORDS and not (len(low) == 1 and low.isalpha())
+    if low in STOP_WORDS or low in QUESTION_WORDS or (len(low) == 1 and low.isalpha()):
+        return False
+    return any(ch.isalnum() for ch in low)
 
 
 def keywords(question: str) -> list[str]:
