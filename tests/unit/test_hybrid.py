@@ -175,3 +175,19 @@ def test_any_question_through_hybrid_and_keyword_rewrite_abstains_cleanly(hybrid
     out = hybrid_graph.invoke({"question": question})
     assert out["answer"] == "I don't know." and out["crag"]["action"] == "abstain"
     assert out["crag"]["rewriter"] in (None, "keyword")
+
+
+def test_embedded_index_is_rebuilt_when_its_format_changes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fastcrag.retrieval import indexing
+
+    folder = tmp_path / "embedded"
+    monkeypatch.setattr(indexing, "default_index_dir", lambda: folder)
+    monkeypatch.setattr(indexing, "default_embeddings", HashEmbeddings)
+    monkeypatch.setattr(indexing, "python_reference", lambda: iter(DOCS))
+    assert indexing.ensure_default_index(32, 8, progress=False) == folder
+    first = current(folder)
+    assert indexing.ensure_default_index(32, 8, progress=False) == folder and current(folder) == first  # reused
+    manifest = json.loads((first / "manifest.json").read_text())
+    (first / "manifest.json").write_text(json.dumps(manifest | {"format": FORMAT_VERSION - 1}))
+    indexing.ensure_default_index(32, 8, progress=False)
+    assert current(folder) != first and FaissStore.load(folder, HashEmbeddings()).lexical_error is None
