@@ -11,8 +11,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 #: The offline chat model (SmolLM2-135M-Instruct, GGUF, through llama-cpp-python).
 SMOLLM2_LLM = "llamacpp:SmolLM2-135M-Instruct"
-#: The default generator: the one with the higher truthfulness in `fastcrag eval abstention` (README, Results).
-DEFAULT_LLM = SMOLLM2_LLM
+#: The default generator: the one with the higher truthfulness in `fastcrag eval abstention` (README, Results):
+#: extractive -0.175 vs SmolLM2-135M -0.408 on the same 120 questions.
+DEFAULT_LLM = "extractive"
 #: The default first pass: the one with the higher nDCG@10 in `fastcrag eval retrieval` (README, Results).
 DEFAULT_RETRIEVAL: Literal["hybrid", "dense", "lexical"] = "hybrid"
 
