@@ -66,6 +66,8 @@ CRAG_KEYS = {
     "top_score",
     "strips_kept",
     "rewritten_query",
+    "rewriter",
+    "retrieval",
     "verdicts",
     "timings",
     "failure",
@@ -206,6 +208,7 @@ def test_runs_wait_answers_with_the_trace(server: Server) -> None:
     crag = out["crag"]
     assert set(crag) == CRAG_KEYS
     assert crag["action"] in {"generate", "refine"} and crag["band"] in {"CORRECT", "AMBIGUOUS"}
+    assert crag["retrieval"] == "hybrid" and crag["rewriter"] is None
     thresholds = crag["thresholds"]
     assert 0 <= thresholds["reranker_threshold"] <= thresholds["crag_upper"] <= 1
     scores = [v["score"] for v in crag["verdicts"]]
