@@ -15,7 +15,8 @@ SMOLLM2_LLM = "llamacpp:SmolLM2-135M-Instruct"
 #: extractive -0.175 vs SmolLM2-135M -0.408 on the same 120 questions.
 DEFAULT_LLM = "extractive"
 #: The default first pass: the one with the higher nDCG@10 in `fastcrag eval retrieval` (README, Results).
-DEFAULT_RETRIEVAL: Literal["hybrid", "dense", "lexical"] = "hybrid"
+RetrievalMode = Literal["hybrid", "dense", "lexical"]
+DEFAULT_RETRIEVAL: RetrievalMode = "hybrid"
 
 
 class Settings(BaseSettings):
@@ -37,7 +38,7 @@ class Settings(BaseSettings):
     )
     crag_max_rewrites: int = Field(1, ge=0, le=3, description="Query rewrites allowed per question.")
     crag_strip_min_tokens: int = Field(6, ge=0, le=64, description="Shorter kept strips keep their chunk.")
-    retrieval: Literal["hybrid", "dense", "lexical"] = Field(
+    retrieval: RetrievalMode = Field(
         DEFAULT_RETRIEVAL,
         description="First-pass retrieval over a FAISS index: dense, lexical (BM25) or hybrid (both, fused by RRF).",
     )

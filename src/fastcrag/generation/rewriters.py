@@ -81,7 +81,10 @@ def keyword_rewrite(
     idf: Callable[[str], float] | None = None,
     expansions: int = EXPANSIONS,
 ) -> str:
-    """The keyword query for `question`: its keywords, then expansion terms from `feedback` ('' when none)."""
+    """The keyword query for `question` ('' when it has no keywords).
+
+    Its keywords, then expansion terms from the first `FEEDBACK_PASSAGES` of `feedback` (passages, best first).
+    """
     kept = keywords(question)
     extra = expansion_terms(list(feedback)[:FEEDBACK_PASSAGES], [question], idf, expansions) if kept else []
     return " ".join([*kept, *extra])

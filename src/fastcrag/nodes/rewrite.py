@@ -9,7 +9,7 @@ from langgraph.runtime import Runtime
 
 from fastcrag.components import Components
 from fastcrag.config.settings import Context
-from fastcrag.generation.rewriters import FEEDBACK_PASSAGES, keyword_rewrite
+from fastcrag.generation.rewriters import keyword_rewrite
 from fastcrag.graph.state import State, add_time
 from fastcrag.nodes import Node
 from fastcrag.retrieval.hybrid import HybridRetriever
@@ -44,10 +44,10 @@ def make(parts: Components) -> Node:
         if query is not None:
             update |= {"rewritten_query": query, "rewriter": "llm", "retry": True}
         else:
-            best = sorted(state.get("candidates") or [], key=lambda c: c["score"], reverse=True)
             retriever = parts.retriever()
             idf = retriever.idf() if isinstance(retriever, HybridRetriever) else None
-            keywords = keyword_rewrite(question, [c["text"] for c in best[:FEEDBACK_PASSAGES]], idf)
+            # candidates are best first (retrieve sorts them); keyword_rewrite reads the top few
+            keywords = keyword_rewrite(question, [c["text"] for c in state.get("candidates") or []], idf)
             if keywords and normalise(keywords) != normalise(question):
                 update |= {"rewritten_query": keywords, "rewriter": "keyword", "retry": True}
             else:

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal, get_args
+from typing import Any, get_args
 
 from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict
 
+from fastcrag.config.settings import RetrievalMode
 from fastcrag.retrieval.lexical import LexicalIndexError
 from fastcrag.retrieval.store import FaissStore
 
-Mode = Literal["hybrid", "dense", "lexical"]
+Mode = RetrievalMode
 MODES: tuple[str, ...] = get_args(Mode)
 RRF_K = 60  # the constant of Cormack et al. (2009): ranks past a few dozen barely count
 

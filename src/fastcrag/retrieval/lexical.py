@@ -50,13 +50,17 @@ def terms(text: str) -> list[str]:
     return list(_stemmer().stemWords(words(text)))
 
 
+def _idf(df: int, n: int) -> float:
+    """BM25 inverse document frequency of a term held by `df` of `n` rows (Lucene's, never negative)."""
+    return float(np.log1p((n - df + 0.5) / (df + 0.5)))
+
+
 class LexicalIndex:
     """BM25 over a list of texts: a term x document matrix of BM25 weights (CSR), row per vocabulary term."""
 
     def __init__(self, vocab: Sequence[str], indptr: Any, indices: Any, weights: Any, rows: int) -> None:
         """Wrap the arrays; use `build` or `load` rather than calling this directly."""
-        self.vocab = {t: i for i, t in enumerate(vocab)}
-        self._terms = list(vocab)
+        self.vocab = {t: i for i, t in enumerate(vocab)}  # insertion order is row order
         self.indptr = np.asarray(indptr, dtype=np.int64)
         self.indices = np.asarray(indices, dtype=np.int32)
         self.weights = np.asarray(weights, dtype=np.float32)
@@ -80,7 +84,7 @@ class LexicalIndex:
         weights: list[float] = []
         for i, term in enumerate(vocab):
             plist = postings[term]
-            idf = np.log1p((n - len(plist) + 0.5) / (len(plist) + 0.5))
+            idf = _idf(len(plist), n)
             docs = np.fromiter((r for r, _ in plist), dtype=np.int32, count=len(plist))
             freqs = np.fromiter((t for _, t in plist), dtype=np.float32, count=len(plist))
             norm = K1 * (1.0 - B + B * lengths[docs] / avg)
@@ -97,8 +101,7 @@ class LexicalIndex:
         i = self.vocab.get(_stemmer().stemWord(word.casefold()))
         if i is None:
             return 0.0
-        df = int(self.indptr[i + 1] - self.indptr[i])
-        return float(np.log1p((self.rows - df + 0.5) / (df + 0.5)))
+        return _idf(int(self.indptr[i + 1] - self.indptr[i]), self.rows)
 
     def scores(self, query: str) -> np.ndarray:
         """BM25 score of every row for `query` (zeros when no query term is indexed)."""
@@ -126,7 +129,7 @@ class LexicalIndex:
         with open(path, "wb") as fh:
             np.savez(
                 fh,
-                vocab=np.asarray(self._terms, dtype=np.str_),
+                vocab=np.asarray(list(self.vocab), dtype=np.str_),
                 indptr=self.indptr,
                 indices=self.indices,
                 weights=self.weights,
@@ -147,7 +150,7 @@ class LexicalIndex:
             raise LexicalIndexError(f"lexical index {path} is missing; rebuild the index") from None
         except (OSError, ValueError, KeyError, IndexError, EOFError, zipfile.BadZipFile) as exc:
             raise LexicalIndexError(f"lexical index {path} is damaged ({type(exc).__name__}); rebuild it") from None
-        bad_shape = len(index.indptr) != len(index._terms) + 1 or len(index.indices) != len(index.weights)
+        bad_shape = len(index.indptr) != len(index.vocab) + 1 or len(index.indices) != len(index.weights)
         if bad_shape or (len(index.indices) and int(index.indices.max()) >= index.rows):
             raise LexicalIndexError(f"lexical index {path} is damaged (inconsistent arrays); rebuild it")
         if index.rows != rows:
