@@ -6,7 +6,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 #: The offline chat model (SmolLM2-135M-Instruct, GGUF, through llama-cpp-python).
@@ -25,6 +25,26 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FASTRAG_", extra="ignore")
 
     index_dir: Path | None = Field(None, description="Index folder; the embedded Python-reference index when unset.")
+    store: str = Field(
+        "",
+        description="A Postgres URL (postgresql://...) to retrieve from Postgres + pgvector; the FAISS folder "
+        "(index_dir) when empty.",
+    )
+    collection: str = Field(
+        "default",
+        min_length=1,
+        max_length=63,
+        pattern=r"^[A-Za-z0-9_.-]+$",
+        description="The index name: one collection per name in a Postgres store; a run reads only this one.",
+    )
+    checkpoints: str = Field(
+        "",
+        description="Where threads keep their history: a Postgres URL, or a SQLite file (the user's data folder "
+        "when empty).",
+    )
+    api_key: SecretStr | None = Field(
+        None, description="Bearer key `fastcrag serve` requires on every route but /ok (required off loopback)."
+    )
     reranker: str = Field("", description="Reranker: a local folder, a cached model name, or `bi-encoder`.")
     llm: str = Field(DEFAULT_LLM, description="Generator: `provider:model` (init_chat_model) or `extractive`.")
     calibration: Path | None = Field(None, description="calibration.json; the packaged one when unset.")
@@ -63,6 +83,19 @@ class Settings(BaseSettings):
     @classmethod
     def _expand(cls, v: Path | None) -> Path | None:
         return v.expanduser() if v is not None else None
+
+
+def is_postgres_url(value: str) -> bool:
+    """Whether a store or checkpoints setting names a Postgres database."""
+    return value.startswith(("postgresql://", "postgres://", "postgresql+psycopg://"))
+
+
+def redact_url(url: str) -> str:
+    """A database URL fit for logs, traces and errors: any password (and query-string password) replaced."""
+    import re
+
+    url = re.sub(r"(://[^/@:]*):[^/]*@", r"\1:***@", url)
+    return re.sub(r"(?i)(password=)[^&\s]*", r"\1***", url)
 
 
 @dataclass

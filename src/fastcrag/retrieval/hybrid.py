@@ -1,9 +1,9 @@
-"""First-pass retrieval over a `FaissStore`: dense, lexical (BM25), or both fused by reciprocal rank fusion."""
+"""First-pass retrieval over a store (FAISS or Postgres): dense, lexical, or both fused by reciprocal rank fusion."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, get_args
+from typing import Any, Protocol, get_args, runtime_checkable
 
 from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
@@ -12,7 +12,6 @@ from pydantic import ConfigDict
 
 from fastcrag.config.settings import RetrievalMode
 from fastcrag.retrieval.lexical import LexicalIndexError
-from fastcrag.retrieval.store import FaissStore
 
 Mode = RetrievalMode
 MODES: tuple[str, ...] = get_args(Mode)
@@ -47,6 +46,35 @@ def fuse(dense: list[Document], lexical: list[Document], k: int) -> list[Documen
     return [by_id[key] for key in best]
 
 
+@runtime_checkable
+class SearchableStore(Protocol):
+    """What hybrid retrieval needs of a store: dense search, lexical search and the lexical word weights.
+
+    `FaissStore` (FAISS + BM25 files) and `PgStore` (pgvector + Postgres full-text search) implement it. Documents
+    carry `chunk_id`, `source` and `title` in their metadata.
+    """
+
+    def similarity_search(self, query: str, k: int = 4, **kwargs: Any) -> list[Document]:
+        """Top-k chunks by embedding similarity; each carries `bi_score`."""
+        ...
+
+    def lexical_search_with_score(self, query: str, k: int = 4) -> list[tuple[Document, float]]:
+        """Top-k chunks by the lexical score, with the score.
+
+        Raises:
+            LexicalIndexError: the lexical side is unusable (the message names what is wrong).
+        """
+        ...
+
+    def lexical_idf(self) -> Callable[[str], float]:
+        """The lexical side's inverse document frequency of a word (for query expansion).
+
+        Raises:
+            LexicalIndexError: the lexical side is unusable.
+        """
+        ...
+
+
 class HybridRetriever(BaseRetriever):
     """The `k` best chunks for a query by `mode`; each document's metadata carries `route`, the mode that ran.
 
@@ -57,7 +85,7 @@ class HybridRetriever(BaseRetriever):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    store: FaissStore
+    store: SearchableStore
     mode: Mode = "hybrid"
     k: int = 20
 
@@ -83,7 +111,7 @@ class HybridRetriever(BaseRetriever):
     def idf(self) -> Callable[[str], float] | None:
         """The lexical index's word weights (for query expansion), or None when it is unusable."""
         try:
-            return self.store.lexical().idf
+            return self.store.lexical_idf()
         except LexicalIndexError:
             return None
 

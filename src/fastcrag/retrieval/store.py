@@ -9,7 +9,7 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +159,10 @@ class FaissStore(VectorStore):
         if self._lexical is None:
             self._lexical = LexicalIndex.build([c["text"] for c in self.chunks])
         return self._lexical
+
+    def lexical_idf(self) -> Callable[[str], float]:
+        """BM25's inverse document frequency of a word (`SearchableStore`)."""
+        return self.lexical().idf
 
     def lexical_search_with_score(self, query: str, k: int = 4) -> list[tuple[Document, float]]:
         """Top-k chunks by BM25, with the BM25 score."""
