@@ -1,0 +1,773 @@
+"""Postgres store: pgvector HNSW for dense search and Postgres full-text search for the lexical side.
+
+fastcrag talks to Postgres through psycopg 3 and the pgvector adapter directly rather than `langchain-postgres`:
+that package's fixed schema has no full-text column (so no lexical or hybrid retrieval), no content-hash upsert
+(so re-indexing re-embeds everything) and no schema migrations. Here fastcrag owns its schema:
+
+- `fastcrag_schema` holds the schema version. `MIGRATIONS` is an ordered list of steps; a store behind this
+  fastcrag is migrated in one transaction under an advisory lock, a store ahead of it is refused.
+- `fastcrag_collections`: one row per index name (`FASTRAG_COLLECTION`), recording the embedder, its dimension and
+  the chunk settings; a run reads only its collection.
+- One chunk table per collection, `fastcrag_chunks_<id>`: chunk id, source, title, text, `embedding vector(dim)`
+  under an HNSW index (`vector_cosine_ops`), and a generated `tsvector` (english) under a GIN index.
+- `fastcrag_documents`: per collection and source, the content hash and chunk ids (for upserts and `--prune`).
+
+Indexing (`PgSink`) writes whole documents per transaction: a changed document's old chunks are deleted and its
+new ones inserted in the same transaction, so a build killed at any point leaves the previous content queryable
+and the next run completes it. Every error names the store by its URL with the password redacted.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import uuid
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
+from langchain_core.vectorstores import VectorStore
+
+from fastcrag.config.settings import redact_url
+from fastcrag.retrieval.lexical import _idf, words
+from fastcrag.retrieval.store import IndexLoadError
+
+if TYPE_CHECKING:
+    import psycopg
+    from psycopg_pool import ConnectionPool
+
+    from fastcrag.retrieval.indexing import ChunkBatch, DocumentEntry
+
+#: Each step is a list of SQL statements; the schema version is the number of steps applied.
+MIGRATIONS: list[list[str]] = [
+    [  # 1: collections, documents; chunk tables are made per collection (CHUNK_TABLE_DDL)
+        """CREATE TABLE fastcrag_collections (
+            id serial PRIMARY KEY,
+            name text NOT NULL UNIQUE,
+            embedder text NOT NULL,
+            dim integer NOT NULL CHECK (dim BETWEEN 1 AND 2000),
+            chunk_tokens integer,
+            chunk_overlap integer,
+            chunks bigint NOT NULL DEFAULT 0,
+            created_at timestamptz NOT NULL DEFAULT now(),
+            updated_at timestamptz NOT NULL DEFAULT now()
+        )""",
+        """CREATE TABLE fastcrag_documents (
+            collection_id integer NOT NULL REFERENCES fastcrag_collections (id) ON DELETE CASCADE,
+            source text NOT NULL,
+            hash text NOT NULL,
+            chunk_ids text[] NOT NULL,
+            seen_run text,
+            PRIMARY KEY (collection_id, source)
+        )""",
+        "CREATE INDEX fastcrag_documents_hash ON fastcrag_documents (collection_id, hash)",
+    ],
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+MAX_DIM = 2000  # pgvector's HNSW limit for `vector`
+_SCHEMA_LOCK = 0x66617374637261  # advisory lock key ("fastcra") serialising migrations
+_WRITER_LOCK = 0x66637267  # advisory lock class ("fcrg"; int4), one lock per collection id, held by a writer
+_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,63}$")
+
+_CHUNK_TABLE_DDL = [
+    """CREATE TABLE {table} (
+        chunk_id text PRIMARY KEY,
+        source text NOT NULL,
+        title text NOT NULL,
+        text text NOT NULL,
+        embedding vector({dim}) NOT NULL,
+        tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', text)) STORED
+    )""",
+    "CREATE INDEX {hnsw} ON {table} USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)",
+    "CREATE INDEX {gin} ON {table} USING gin (tsv)",
+]
+
+
+class PgStoreError(IndexLoadError):
+    """The Postgres store is unreachable, lacks pgvector, or does not fit this run; the URL is redacted."""
+
+
+class SchemaVersionError(PgStoreError):
+    """The store's schema was written by a newer (or unknown) fastcrag."""
+
+
+@dataclass(frozen=True)
+class Collection:
+    """One index in the store."""
+
+    id: int
+    name: str
+    embedder: str
+    dim: int
+    chunk_tokens: int | None
+    chunk_overlap: int | None
+
+    @property
+    def table(self) -> str:
+        """The collection's chunk table."""
+        return f"fastcrag_chunks_{self.id}"
+
+
+def _psycopg() -> Any:
+    try:
+        import psycopg
+        from pgvector.psycopg import register_vector  # noqa: F401
+    except ImportError as exc:
+        raise PgStoreError(
+            f"the Postgres store needs the `postgres` extra (pip install 'fastcrag[postgres]'): {exc}"
+        ) from None
+    return psycopg
+
+
+def _clean(message: str, url: str) -> str:
+    """An error message fit to show: the URL and any password redacted, one line."""
+    message = redact_url(message)
+    password = _password(url)
+    if password:
+        message = message.replace(password, "***")
+    return " ".join(message.split())
+
+
+def _password(url: str) -> str:
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        return str(conninfo_to_dict(url).get("password") or "")
+    except Exception:
+        match = re.search(r"://[^/@:]*:([^/@]*)@", url)
+        return match.group(1) if match else ""
+
+
+def embedder_name(embedding: Embeddings) -> str:
+    """The name an index records for its embedder."""
+    return str(getattr(embedding, "name", type(embedding).__name__))
+
+
+def embedder_dimension(embedding: Embeddings) -> int:
+    """The embedder's output width (asks it once when it does not say)."""
+    dim = getattr(embedding, "dimension", None)
+    return int(dim) if dim is not None else len(embedding.embed_query("dimension probe"))
+
+
+def connect(url: str) -> psycopg.Connection[Any]:
+    """Open one autocommit connection, bring the schema up to date and register the vector type.
+
+    Raises:
+        PgStoreError: the URL is malformed, the server is unreachable or refuses the login, the database does not
+            exist, or pgvector is not available.
+        SchemaVersionError: the schema was written by a newer fastcrag.
+    """
+    psycopg = _psycopg()
+    from pgvector.psycopg import register_vector
+
+    shown = redact_url(url)
+    try:
+        conn = psycopg.connect(url, autocommit=True, connect_timeout=10)
+    except psycopg.Error as exc:
+        raise PgStoreError(f"cannot connect to the Postgres store {shown}: {_clean(str(exc), url)}") from None
+    try:
+        ensure_schema(conn, url)
+        register_vector(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn  # type: ignore[no-any-return]
+
+
+def ensure_schema(conn: psycopg.Connection[Any], url: str) -> None:
+    """Create pgvector and fastcrag's tables when missing and apply pending migrations (one transaction, locked).
+
+    Raises:
+        PgStoreError: pgvector is not available to this database (or this role may not create it).
+        SchemaVersionError: the schema is newer than this fastcrag knows.
+    """
+    psycopg = _psycopg()
+    shown = redact_url(url)
+    try:
+        if _schema_version(conn) == SCHEMA_VERSION and _has_vector(conn):
+            return
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+            if not _has_vector(conn):
+                try:
+                    with conn.transaction():
+                        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+                except psycopg.Error as exc:
+                    raise PgStoreError(
+                        f"the Postgres store {shown} has no pgvector: CREATE EXTENSION vector failed "
+                        f"({_clean(str(exc), url)}); install pgvector on the server, or have a superuser run "
+                        "CREATE EXTENSION vector in this database"
+                    ) from None
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS fastcrag_schema ("
+                " singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton), version integer NOT NULL)"
+            )
+            row = conn.execute("SELECT version FROM fastcrag_schema FOR UPDATE").fetchone()
+            version = int(row[0]) if row else 0
+            _refuse_newer(version, shown)
+            for step in MIGRATIONS[version:]:
+                for statement in step:
+                    conn.execute(statement)  # fixed SQL from MIGRATIONS, no user input
+            conn.execute(
+                "INSERT INTO fastcrag_schema (singleton, version) VALUES (true, %s) "
+                "ON CONFLICT (singleton) DO UPDATE SET version = excluded.version",
+                (SCHEMA_VERSION,),
+            )
+    except psycopg.Error as exc:
+        raise PgStoreError(f"Postgres store {shown}: setting up the schema failed: {_clean(str(exc), url)}") from None
+
+
+def _schema_version(conn: psycopg.Connection[Any]) -> int | None:
+    if conn.execute("SELECT to_regclass('fastcrag_schema')").fetchone() == (None,):
+        return None
+    row = conn.execute("SELECT version FROM fastcrag_schema").fetchone()
+    version = int(row[0]) if row else 0
+    return version
+
+
+def _has_vector(conn: psycopg.Connection[Any]) -> bool:
+    return conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone() is not None
+
+
+def _refuse_newer(version: int, shown: str) -> None:
+    if version > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"the Postgres store {shown} has fastcrag schema version {version}; this fastcrag knows versions up to "
+            f"{SCHEMA_VERSION}: upgrade fastcrag (or use another database)"
+        )
+
+
+def check_collection_name(name: str) -> str:
+    """The collection name, checked (letters, digits, `_ . -`, at most 63 characters).
+
+    Raises:
+        PgStoreError: the name is not allowed.
+    """
+    if not _NAME.match(name):
+        raise PgStoreError(f"collection name {name!r}: use 1-63 letters, digits, '_', '.' or '-'")
+    return name
+
+
+def open_collection(
+    conn: psycopg.Connection[Any],
+    url: str,
+    name: str,
+    embedding: Embeddings,
+    *,
+    create: bool = False,
+    chunk_settings: tuple[int, int] | None = None,
+) -> Collection:
+    """The named collection, checked against the embedder; created (with its chunk table) when `create`.
+
+    Raises:
+        PgStoreError: the collection does not exist (and `create` is false), or it was built with another
+            embedder or another dimension.
+    """
+    psycopg = _psycopg()
+    from psycopg import sql
+
+    check_collection_name(name)
+    shown = redact_url(url)
+    model, dim = embedder_name(embedding), embedder_dimension(embedding)
+    try:
+        row = conn.execute(
+            "SELECT id, name, embedder, dim, chunk_tokens, chunk_overlap FROM fastcrag_collections WHERE name = %s",
+            (name,),
+        ).fetchone()
+        if row is None and create:
+            if not 1 <= dim <= MAX_DIM:
+                raise PgStoreError(f"embedder {model!r} gives {dim}-dimensional vectors; pgvector's HNSW takes 1-2000")
+            tokens, overlap = chunk_settings or (None, None)
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+                row = conn.execute(
+                    "INSERT INTO fastcrag_collections (name, embedder, dim, chunk_tokens, chunk_overlap) "
+                    "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (name) DO NOTHING "
+                    "RETURNING id, name, embedder, dim, chunk_tokens, chunk_overlap",
+                    (name, model, dim, tokens, overlap),
+                ).fetchone()
+                if row is not None:
+                    table = f"fastcrag_chunks_{int(row[0])}"
+                    for statement in _CHUNK_TABLE_DDL:
+                        conn.execute(
+                            sql.SQL(statement).format(
+                                table=sql.Identifier(table),
+                                hnsw=sql.Identifier(f"{table}_hnsw"),
+                                gin=sql.Identifier(f"{table}_tsv"),
+                                dim=sql.Literal(dim),
+                            )
+                        )
+            if row is None:  # created by a concurrent run meanwhile
+                return open_collection(conn, url, name, embedding, create=False)
+    except psycopg.Error as exc:
+        raise PgStoreError(
+            f"Postgres store {shown}: reading collection {name!r} failed: {_clean(str(exc), url)}"
+        ) from None
+    if row is None:
+        raise PgStoreError(
+            f"the Postgres store {shown} has no collection {name!r}; build it with "
+            f"`fastcrag index PATHS --store URL --collection {name}`"
+        )
+    collection = Collection(int(row[0]), str(row[1]), str(row[2]), int(row[3]), row[4], row[5])
+    if collection.dim != dim:
+        raise PgStoreError(
+            f"collection {name!r} in {shown} holds {collection.dim}-dimensional vectors (embedder "
+            f"{collection.embedder!r}), but embedder {model!r} gives {dim}; use the same embedder or another collection"
+        )
+    if collection.embedder != model:
+        raise PgStoreError(
+            f"collection {name!r} in {shown} was built with embedder {collection.embedder!r}, not {model!r}; "
+            "use the same embedder or another collection"
+        )
+    return collection
+
+
+def _vector(values: Any) -> np.ndarray:
+    return np.ascontiguousarray(np.asarray(values, dtype=np.float32).reshape(-1))
+
+
+class PgStore(VectorStore):
+    """A collection in Postgres: pgvector HNSW (cosine) for dense search, full-text search for the lexical side.
+
+    Implements `SearchableStore`, so `HybridRetriever` runs over it exactly as over `FaissStore`; documents carry
+    the same metadata (`chunk_id`, `source`, `title`, and `bi_score` from dense search). Connections come from a
+    small pool, checked on checkout, so a restarted server is reconnected and a vanished one is a clear error.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        embedding: Embeddings,
+        collection: str = "default",
+        *,
+        create: bool = False,
+        pool_size: int = 4,
+        timeout: float = 10.0,
+    ) -> None:
+        """Connect, migrate the schema when behind, and open the collection.
+
+        Args:
+            url: A Postgres URL (`postgresql://user:password@host:port/database`).
+            embedding: The embedder the collection was (or will be) built with.
+            collection: The index name.
+            create: Create the collection when it does not exist (else that is an error).
+            pool_size: Most connections held at once.
+            timeout: Seconds to wait for a working connection before a search fails.
+
+        Raises:
+            PgStoreError: connecting, pgvector, the collection or the embedder does not fit (the message says which).
+            SchemaVersionError: the schema was written by a newer fastcrag.
+        """
+        self.url = url
+        self.shown_url = redact_url(url)
+        self.embedding = embedding
+        self.timeout = timeout
+        conn = connect(url)
+        try:
+            self.collection = open_collection(conn, url, collection, embedding, create=create)
+        finally:
+            conn.close()
+        from pgvector.psycopg import register_vector
+        from psycopg_pool import ConnectionPool
+
+        self._pool: ConnectionPool[Any] = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=max(1, pool_size),
+            kwargs={"autocommit": True, "connect_timeout": max(1, int(timeout))},
+            configure=register_vector,
+            check=ConnectionPool.check_connection,
+            timeout=timeout,
+            name=f"fastcrag-{collection}",
+            open=False,
+        )
+        self._pool.open(wait=False)
+        self._finalizer = weakref.finalize(self, self._pool.close)
+        self._lock = threading.Lock()
+
+    @property
+    def embeddings(self) -> Embeddings:
+        """The embedder."""
+        return self.embedding
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._finalizer()
+
+    def __enter__(self) -> PgStore:
+        """Use the store as a context manager that closes its pool."""
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Close the pool."""
+        self.close()
+
+    @contextmanager
+    def _connection(self, action: str) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection; any database error becomes a `PgStoreError` naming the action and redacted store."""
+        psycopg = _psycopg()
+        from psycopg_pool import PoolTimeout
+
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except PoolTimeout:
+            raise PgStoreError(
+                f"Postgres store {self.shown_url}: {action} failed: no working connection within {self.timeout:g} s "
+                f"({self._why_unreachable()})"
+            ) from None
+        except psycopg.Error as exc:
+            raise PgStoreError(
+                f"Postgres store {self.shown_url}: {action} failed: {_clean(str(exc), self.url)}"
+            ) from None
+
+    def _why_unreachable(self) -> str:
+        psycopg = _psycopg()
+        try:
+            psycopg.connect(self.url, connect_timeout=3).close()
+        except psycopg.Error as exc:
+            return _clean(str(exc), self.url)
+        return "the server answers again; retry"
+
+    def _table(self) -> Any:
+        from psycopg import sql
+
+        return sql.Identifier(self.collection.table)
+
+    def __len__(self) -> int:
+        """Chunks in the collection."""
+        with self._connection("counting chunks") as conn:
+            row = conn.execute(
+                "SELECT chunks FROM fastcrag_collections WHERE id = %s", (self.collection.id,)
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    # -- reading -----------------------------------------------------------------------------------------
+    def similarity_search_with_score(self, query: str, k: int = 4, **kwargs: Any) -> list[tuple[Document, float]]:
+        """Top-k chunks by cosine similarity (HNSW), with the similarity."""
+        if not query.strip() or k <= 0:
+            return []
+        return self.similarity_search_by_vector_with_score(self.embedding.embed_query(query), k)
+
+    def similarity_search_by_vector_with_score(self, vector: Any, k: int = 4) -> list[tuple[Document, float]]:
+        """Top-k chunks nearest to a unit vector, with the cosine similarity."""
+        from psycopg import sql
+
+        query = sql.SQL(
+            "SELECT chunk_id, source, title, text, 1 - (embedding <=> %(q)s) FROM {} ORDER BY embedding <=> %(q)s "
+            "LIMIT %(k)s"
+        ).format(self._table())
+        with self._connection("dense search") as conn, conn.transaction():
+            conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(min(1000, max(40, 2 * k))),))
+            rows = conn.execute(query, {"q": _vector(vector), "k": k}).fetchall()
+        return [(_document(row), float(row[4])) for row in rows]
+
+    def similarity_search(self, query: str, k: int = 4, **kwargs: Any) -> list[Document]:
+        """Top-k chunks by cosine similarity; each carries `bi_score` in its metadata."""
+        docs = []
+        for doc, score in self.similarity_search_with_score(query, k):
+            doc.metadata["bi_score"] = score
+            docs.append(doc)
+        return docs
+
+    def _similarity_search_with_relevance_scores(
+        self, query: str, k: int = 4, **kwargs: Any
+    ) -> list[tuple[Document, float]]:
+        return self.similarity_search_with_score(query, k, **kwargs)
+
+    def lexical_search_with_score(self, query: str, k: int = 4) -> list[tuple[Document, float]]:
+        """Top-k chunks by full-text rank (`ts_rank_cd`) for any of the question's words, with the rank."""
+        from psycopg import sql
+
+        terms = list(dict.fromkeys(words(query)))
+        if not terms or k <= 0:
+            return []
+        # websearch_to_tsquery never raises on user text; the words (\w+, no stop words) are joined by `or`.
+        statement = sql.SQL(
+            "SELECT chunk_id, source, title, text, ts_rank_cd(tsv, q) AS rank "
+            "FROM {}, websearch_to_tsquery('english', %(q)s) AS q WHERE tsv @@ q "
+            "ORDER BY rank DESC, chunk_id LIMIT %(k)s"
+        ).format(self._table())
+        with self._connection("lexical search") as conn:
+            rows = conn.execute(statement, {"q": " or ".join(terms), "k": k}).fetchall()
+        return [(_document(row), float(row[4])) for row in rows]
+
+    def lexical_idf(self) -> Callable[[str], float]:
+        """BM25's inverse document frequency of a word, from its document frequency in the collection (cached)."""
+        from psycopg import sql
+
+        n = len(self)
+        cache: dict[str, float] = {}
+        statement = sql.SQL("SELECT count(*) FROM {} WHERE tsv @@ plainto_tsquery('english', %s)").format(self._table())
+
+        def idf(word: str) -> float:
+            key = word.casefold()
+            if key not in cache:
+                if not key.strip() or n == 0:
+                    cache[key] = 0.0
+                else:
+                    with self._connection("reading word frequencies") as conn:
+                        row = conn.execute(statement, (key,)).fetchone()
+                    df = int(row[0]) if row else 0
+                    cache[key] = _idf(df, n) if df else 0.0  # a word the index does not hold weighs nothing
+            return cache[key]
+
+        return idf
+
+    # -- writing (LangChain's interface; `fastcrag index` writes through `PgSink`) ------------------------
+    def add_texts(
+        self,
+        texts: Iterable[str],
+        metadatas: list[dict[str, Any]] | None = None,
+        *,
+        ids: list[str] | None = None,
+        **kwargs: Any,
+    ) -> list[str]:
+        """Embed and add texts as chunks (not tracked as documents); returns their ids."""
+        texts = list(texts)
+        if not texts:
+            return []
+        ids = list(ids) if ids is not None else [uuid.uuid4().hex for _ in texts]
+        metas = metadatas or [{} for _ in texts]
+        vectors = np.asarray(self.embedding.embed_documents(texts), dtype=np.float32)
+        rows = [
+            (cid, str(m.get("source", "")), str(m.get("title", "")), text, vec)
+            for cid, m, text, vec in zip(ids, metas, texts, vectors, strict=True)
+        ]
+        with self._connection("adding chunks") as conn, conn.transaction():
+            added = _insert_chunks(conn, self.collection, rows)
+            _count(conn, self.collection, added)
+        return ids
+
+    def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
+        """Remove chunks by id."""
+        from psycopg import sql
+
+        if not ids:
+            return False
+        with self._connection("deleting chunks") as conn, conn.transaction():
+            cur = conn.execute(sql.SQL("DELETE FROM {} WHERE chunk_id = ANY(%s)").format(self._table()), (list(ids),))
+            _count(conn, self.collection, -cur.rowcount)
+        return cur.rowcount > 0
+
+    @classmethod
+    def from_texts(
+        cls,
+        texts: list[str],
+        embedding: Embeddings,
+        metadatas: list[dict[str, Any]] | None = None,
+        *,
+        ids: list[str] | None = None,
+        **kwargs: Any,
+    ) -> PgStore:
+        """Create (or open) collection `collection` in the store at `url` and add the texts."""
+        if "url" not in kwargs:
+            raise PgStoreError("PgStore.from_texts needs url=postgresql://...")
+        store = cls(kwargs["url"], embedding, kwargs.get("collection", "default"), create=True)
+        store.add_texts(texts, metadatas, ids=ids)
+        return store
+
+
+def _document(row: Sequence[Any]) -> Document:
+    chunk_id, source, title, text = row[0], row[1], row[2], row[3]
+    return Document(page_content=text, metadata={"source": source, "title": title, "chunk_id": chunk_id})
+
+
+def _insert_chunks(conn: psycopg.Connection[Any], collection: Collection, rows: Sequence[tuple[Any, ...]]) -> int:
+    """COPY (binary) rows of (chunk_id, source, title, text, vector) into a staging table, then insert the new ones.
+
+    Returns:
+        How many chunks were inserted (chunk ids already present, shared by a duplicate document, are kept).
+    """
+    from psycopg import sql
+
+    conn.execute(
+        "CREATE TEMP TABLE IF NOT EXISTS fastcrag_stage "
+        "(chunk_id text, source text, title text, text text, embedding vector) ON COMMIT DELETE ROWS"
+    )
+    with conn.cursor() as cur:
+        with cur.copy(
+            "COPY fastcrag_stage (chunk_id, source, title, text, embedding) FROM STDIN WITH (FORMAT BINARY)"
+        ) as copy:
+            copy.set_types(["text", "text", "text", "text", "vector"])
+            for row in rows:
+                copy.write_row(row)
+        cur.execute(
+            sql.SQL(
+                "INSERT INTO {} (chunk_id, source, title, text, embedding) "
+                "SELECT chunk_id, source, title, text, embedding FROM fastcrag_stage ON CONFLICT (chunk_id) DO NOTHING"
+            ).format(sql.Identifier(collection.table))
+        )
+        added = cur.rowcount
+        cur.execute("TRUNCATE fastcrag_stage")
+    return max(0, added)
+
+
+def _count(conn: psycopg.Connection[Any], collection: Collection, delta: int) -> None:
+    conn.execute(
+        "UPDATE fastcrag_collections SET chunks = chunks + %s, updated_at = now() WHERE id = %s",
+        (delta, collection.id),
+    )
+
+
+class PgSink:
+    """Where `fastcrag index --store URL` writes: one collection, whole documents per transaction.
+
+    Holds a session advisory lock on the collection for the whole build, so two builds never interleave (a killed
+    build's lock goes with its session).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        embedding: Embeddings,
+        collection: str = "default",
+        *,
+        chunk_settings: tuple[int, int] | None = None,
+        prune: bool = False,
+    ) -> None:
+        """Connect, migrate, open or create the collection, and take its writer lock.
+
+        Raises:
+            PgStoreError: as `PgStore`, or another build is writing the collection.
+        """
+        self.url = url
+        self.shown_url = redact_url(url)
+        self.prune_unseen = prune
+        self.run_id = uuid.uuid4().hex
+        self._conn = connect(url)
+        try:
+            self.collection = open_collection(
+                self._conn, url, collection, embedding, create=True, chunk_settings=chunk_settings
+            )
+            with self._guard("taking the writer lock"):
+                row = self._conn.execute(
+                    "SELECT pg_try_advisory_lock(%s, %s)", (_WRITER_LOCK, self.collection.id)
+                ).fetchone()
+            if not row or not row[0]:
+                raise PgStoreError(
+                    f"another `fastcrag index` is writing collection {collection!r} in {self.shown_url}; "
+                    "wait for it to finish"
+                )
+            if chunk_settings is not None:
+                with self._guard("recording the chunk settings"):
+                    self._conn.execute(
+                        "UPDATE fastcrag_collections SET chunk_tokens = %s, chunk_overlap = %s WHERE id = %s",
+                        (*chunk_settings, self.collection.id),
+                    )
+        except BaseException:
+            self._conn.close()
+            raise
+
+    @contextmanager
+    def _guard(self, action: str) -> Iterator[None]:
+        psycopg = _psycopg()
+        try:
+            yield
+        except psycopg.Error as exc:
+            raise PgStoreError(
+                f"Postgres store {self.shown_url}: {action} failed: {_clean(str(exc), self.url)}"
+            ) from None
+
+    def close(self) -> None:
+        """Release the lock (with the session) and close the connection."""
+        self._conn.close()
+
+    def __enter__(self) -> PgSink:
+        """Use the sink as a context manager that closes it."""
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Close the sink."""
+        self.close()
+
+    def lookup(self, sources: Sequence[str]) -> dict[str, str]:
+        """The stored content hash of each source the collection holds (marking them seen when pruning)."""
+        if not sources:
+            return {}
+        if self.prune_unseen:
+            statement = (
+                "UPDATE fastcrag_documents SET seen_run = %s WHERE collection_id = %s AND source = ANY(%s) "
+                "RETURNING source, hash"
+            )
+            params: tuple[Any, ...] = (self.run_id, self.collection.id, list(sources))
+        else:
+            statement = "SELECT source, hash FROM fastcrag_documents WHERE collection_id = %s AND source = ANY(%s)"
+            params = (self.collection.id, list(sources))
+        with self._guard("reading document hashes"):
+            rows = self._conn.execute(statement, params).fetchall()
+        return {str(source): str(digest) for source, digest in rows}
+
+    def write(self, documents: Sequence[DocumentEntry], batch: ChunkBatch) -> None:
+        """Replace or add whole documents and their chunks in one transaction."""
+        from psycopg import sql
+
+        c = self.collection
+        table = sql.Identifier(c.table)
+        sources = [d.source for d in documents]
+        rows = [
+            (cid, str(meta.get("source", "")), str(meta.get("title", "")), text, vec)
+            for cid, meta, text, vec in zip(batch.ids, batch.metadatas, batch.texts, batch.vectors, strict=True)
+        ]
+        with self._guard("writing a batch"), self._conn.transaction():
+            old = self._conn.execute(
+                "SELECT source, hash, chunk_ids FROM fastcrag_documents WHERE collection_id = %s AND source = ANY(%s) "
+                "FOR UPDATE",
+                (c.id, sources),
+            ).fetchall()
+            with self._conn.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO fastcrag_documents (collection_id, source, hash, chunk_ids, seen_run) "
+                    "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (collection_id, source) DO UPDATE "
+                    "SET hash = excluded.hash, chunk_ids = excluded.chunk_ids, seen_run = excluded.seen_run",
+                    [(c.id, d.source, d.digest, list(d.chunk_ids), self.run_id) for d in documents],
+                )
+            removed = self._drop_chunks(table, [(str(h), list(ids)) for _, h, ids in old])
+            added = _insert_chunks(self._conn, c, rows)
+            _count(self._conn, c, added - removed)
+
+    def _drop_chunks(self, table: Any, documents: Sequence[tuple[str, list[str]]]) -> int:
+        """Delete the chunks of replaced or removed documents that no remaining document shares (same hash)."""
+        from psycopg import sql
+
+        removed = 0
+        statement = sql.SQL(
+            "DELETE FROM {} WHERE chunk_id = ANY(%s) AND NOT EXISTS "
+            "(SELECT 1 FROM fastcrag_documents WHERE collection_id = %s AND hash = %s)"
+        ).format(table)
+        for digest, ids in documents:
+            removed += max(0, self._conn.execute(statement, (ids, self.collection.id, digest)).rowcount)
+        return removed
+
+    def prune(self) -> int:
+        """Delete the documents (and their chunks) whose source this run did not see; returns how many."""
+        from psycopg import sql
+
+        if not self.prune_unseen:
+            return 0
+        with self._guard("pruning unseen documents"), self._conn.transaction():
+            gone = self._conn.execute(
+                "DELETE FROM fastcrag_documents WHERE collection_id = %s AND seen_run IS DISTINCT FROM %s "
+                "RETURNING hash, chunk_ids",
+                (self.collection.id, self.run_id),
+            ).fetchall()
+            removed = self._drop_chunks(sql.Identifier(self.collection.table), [(str(h), list(i)) for h, i in gone])
+            _count(self._conn, self.collection, -removed)
+        return len(gone)
+
+    def finish(self, changed: bool) -> int:
+        """Refresh planner statistics after a change; returns the chunks in the collection."""
+        from psycopg import sql
+
+        with self._guard("finishing the build"):
+            if changed:
+                self._conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(self.collection.table)))
+            row = self._conn.execute(
+                "SELECT chunks FROM fastcrag_collections WHERE id = %s", (self.collection.id,)
+            ).fetchone()
+        return int(row[0]) if row else 0
