@@ -44,28 +44,52 @@ def _settings(args: argparse.Namespace) -> Any:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
-    """Index files and folders."""
+    """Index files and folders into a FAISS folder or a Postgres collection."""
+    from fastcrag.config.settings import is_postgres_url, redact_url
     from fastcrag.retrieval.indexing import build_index
     from fastcrag.retrieval.loaders import load_documents
 
     settings = _settings(args)
-    folder = settings.index_dir
-    if folder is None:
-        raise UserError("give the index folder with --index DIR or FASTRAG_INDEX_DIR")
+    store = args.store if args.store is not None else settings.store
+    if store and not is_postgres_url(store):
+        raise UserError(f"--store / FASTRAG_STORE takes a Postgres URL (postgresql://...), not {redact_url(store)!r}")
     paths = [Path(p) for p in args.paths]
     for p in paths:
         if not p.exists():
             raise UserError(f"no such file or folder: {p}")
-    report = build_index(
-        load_documents(paths),
-        folder,
-        chunk_tokens=settings.chunk_tokens,
-        chunk_overlap=settings.chunk_overlap,
-        progress=not args.quiet,
-    )
+    if store:
+        from fastcrag.retrieval.embeddings import default_embeddings
+        from fastcrag.retrieval.pgstore import build_pg_index
+
+        collection = args.collection or settings.collection
+        target = f"{redact_url(store)} collection {collection!r}"
+        report = build_pg_index(
+            load_documents(paths),
+            store,
+            default_embeddings(),
+            collection,
+            chunk_tokens=settings.chunk_tokens,
+            chunk_overlap=settings.chunk_overlap,
+            progress=not args.quiet,
+            prune=args.prune,
+        )
+    else:
+        folder = settings.index_dir
+        if folder is None:
+            raise UserError("give the index folder with --index DIR or FASTRAG_INDEX_DIR (or --store URL)")
+        target = str(folder)
+        report = build_index(
+            load_documents(paths),
+            folder,
+            chunk_tokens=settings.chunk_tokens,
+            chunk_overlap=settings.chunk_overlap,
+            progress=not args.quiet,
+            prune=args.prune,
+        )
+    removed = f", {report.documents_removed} removed" if args.prune else ""
     print(
-        f"{folder}: {report.documents_added} new, {report.documents_changed} changed, "
-        f"{report.documents_unchanged} unchanged documents; {report.chunks_added} chunks added "
+        f"{target}: {report.documents_added} new, {report.documents_changed} changed, "
+        f"{report.documents_unchanged} unchanged documents{removed}; {report.chunks_added} chunks added "
         f"({report.chunks_per_second:.1f} chunks/s), {report.chunks_total} in the index"
     )
     return 0
@@ -162,6 +186,9 @@ def parser() -> argparse.ArgumentParser:
     ix = sub.add_parser("index", help="index .txt .md .html .pdf files and BEIR .jsonl(.gz) corpora")
     ix.add_argument("paths", nargs="+", help="files and folders")
     ix.add_argument("--index", help="index folder (default: FASTRAG_INDEX_DIR)")
+    ix.add_argument("--store", help="Postgres URL to index into instead of a folder (default: FASTRAG_STORE)")
+    ix.add_argument("--collection", help="collection (index name) in the Postgres store (default: FASTRAG_COLLECTION)")
+    ix.add_argument("--prune", action="store_true", help="remove documents whose source is not among PATHS")
     ix.add_argument("--quiet", action="store_true", help="no progress bar")
     ix.set_defaults(func=cmd_index)
 
@@ -199,10 +226,12 @@ def parser() -> argparse.ArgumentParser:
     rel.set_defaults(func=cmd_reliability)
 
     from fastcrag.evaluation.cli import add_commands as add_evaluation
+    from fastcrag.server.cli import add_commands as add_server
     from fastcrag.training.cli import add_commands as add_training
 
     add_training(sub)
     add_evaluation(sub)
+    add_server(sub)
     return p
 
 

@@ -18,7 +18,7 @@ from fastcrag.config.calibration import Calibration, load_calibration
 from fastcrag.config.settings import RunConfig, Settings, resolve
 from fastcrag.generation.generators import ChatGenerator, ExtractiveGenerator, Generator
 from fastcrag.grading.reranker import Reranker, default_reranker_spec, load_reranker
-from fastcrag.retrieval.hybrid import HybridRetriever
+from fastcrag.retrieval.hybrid import HybridRetriever, SearchableStore
 from fastcrag.retrieval.store import FaissStore
 
 EXTRACTIVE = "extractive"
@@ -53,9 +53,10 @@ class Components:
         return self._loaded[key]
 
     def retriever(self) -> BaseRetriever:
-        """The retriever: a `HybridRetriever` in the configured mode over a FAISS store, else the store's own.
+        """The retriever: a `HybridRetriever` in the configured mode over a FAISS or Postgres store, or the given one.
 
-        The FAISS store is the configured or embedded index when no retriever or store was given.
+        With no retriever or store given: the Postgres collection when `FASTRAG_STORE` is a Postgres URL, else the
+        configured or embedded FAISS index.
         """
         return self._once("retriever", self._load_retriever)  # type: ignore[no-any-return]
 
@@ -64,13 +65,20 @@ class Components:
         if isinstance(given, BaseRetriever):
             return given
         if given is None:
+            from fastcrag.config.settings import is_postgres_url
             from fastcrag.retrieval.embeddings import default_embeddings
-            from fastcrag.retrieval.indexing import ensure_default_index
 
             s = self.settings
-            folder = s.index_dir or ensure_default_index(s.chunk_tokens, s.chunk_overlap)
-            given = FaissStore.load(folder, default_embeddings())
-        if isinstance(given, FaissStore):
+            if is_postgres_url(s.store):
+                from fastcrag.retrieval.pgstore import PgStore  # psycopg is in the optional `postgres` extra
+
+                given = PgStore(s.store, default_embeddings(), s.collection)
+            else:
+                from fastcrag.retrieval.indexing import ensure_default_index
+
+                folder = s.index_dir or ensure_default_index(s.chunk_tokens, s.chunk_overlap)
+                given = FaissStore.load(folder, default_embeddings())
+        if isinstance(given, SearchableStore):  # FaissStore, PgStore: dense, lexical or hybrid
             return HybridRetriever(store=given, mode=self.settings.retrieval, k=self.settings.top_k)
         return given.as_retriever(search_kwargs={"k": self.settings.top_k})
 
