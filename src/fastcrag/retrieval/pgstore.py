@@ -41,7 +41,8 @@ if TYPE_CHECKING:
     import psycopg
     from psycopg_pool import ConnectionPool
 
-    from fastcrag.retrieval.indexing import ChunkBatch, DocumentEntry
+    from fastcrag.retrieval.indexing import BuildReport, ChunkBatch, DocumentEntry
+    from fastcrag.retrieval.loaders import SourceDocument
 
 #: Each step is a list of SQL statements; the schema version is the number of steps applied.
 MIGRATIONS: list[list[str]] = [
@@ -771,3 +772,37 @@ class PgSink:
                 "SELECT chunks FROM fastcrag_collections WHERE id = %s", (self.collection.id,)
             ).fetchone()
         return int(row[0]) if row else 0
+
+
+def build_pg_index(
+    documents: Iterable[SourceDocument],
+    url: str,
+    embedding: Embeddings,
+    collection: str = "default",
+    *,
+    chunk_tokens: int = 128,
+    chunk_overlap: int = 24,
+    batch_size: int = 256,
+    progress: bool = True,
+    prune: bool = False,
+) -> BuildReport:
+    """Add new or changed documents to a Postgres collection (created when missing), batch by batch.
+
+    Args:
+        documents: The documents; a source stored with the same text is skipped, with new text replaced.
+        url: The Postgres URL.
+        embedding: The embedder (recorded with the collection; another one is refused).
+        collection: The index name.
+        chunk_tokens: Chunk size in embedder tokens.
+        chunk_overlap: Overlap between consecutive chunks, in tokens.
+        batch_size: Chunks embedded and written per transaction.
+        progress: Show a progress bar on stderr.
+        prune: Remove documents whose source is not among `documents`.
+
+    Raises:
+        PgStoreError: the store is unreachable, lacks pgvector, or the collection was built with another embedder.
+    """
+    from fastcrag.retrieval.indexing import stream_index
+
+    with PgSink(url, embedding, collection, chunk_settings=(chunk_tokens, chunk_overlap), prune=prune) as sink:
+        return stream_index(documents, sink, embedding, chunk_tokens, chunk_overlap, batch_size, progress)
