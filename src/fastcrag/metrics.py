@@ -1,4 +1,9 @@
-"""Prometheus metrics: the `crag_actions` counter by action, and per-stage latency histograms."""
+"""Prometheus metrics: the `crag_actions` counter by action, per-stage latency histograms, and failed runs.
+
+Counters and histograms only, so the series are correct under `fastcrag serve --workers K`, where prometheus-client
+runs in multiprocess mode (`PROMETHEUS_MULTIPROC_DIR`, set by `serve` before any worker imports it) and `/metrics`
+sums every worker's files.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,12 @@ STAGE_SECONDS = Histogram(
     "Latency of each pipeline stage",
     ["stage"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.35, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0),
+)
+
+RUN_FAILURES = Counter(
+    "fastcrag_run_failures",
+    "Server runs that ended in an abstention because the run itself failed (timeout, checkpoint or store error)",
+    ["reason"],
 )
 
 

@@ -8,6 +8,8 @@ Routes:
         own `/metrics` route comes first; it serves the same global prometheus-client registry, so the fastcrag
         series appear there too. This route answers when the app runs on its own (`uvicorn fastcrag.server.app:app`).
     GET /fastcrag/metrics: the same text, under a path the LangGraph server never claims.
+    With `PROMETHEUS_MULTIPROC_DIR` set (`fastcrag serve --workers K` sets it), both routes sum every worker's
+    series (prometheus-client's multiprocess collector) instead of reading this process's registry.
     GET /fastcrag/health: `{"status": "ok"}` (the app's own readiness probe).
 
 Every handler is async and does no blocking I/O: the page assets are read once, at import.
@@ -15,9 +17,10 @@ Every handler is async and does no blocking I/O: the page assets are read once, 
 
 from __future__ import annotations
 
+import os
 from importlib import resources
 
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
@@ -53,9 +56,20 @@ async def console_asset(request: Request) -> Response:
     return Response(ASSET_TEXT[name], media_type=ASSETS[name][0], headers={"Cache-Control": "no-store"})
 
 
+def registry() -> CollectorRegistry:
+    """The registry to expose: every worker's series in multiprocess mode, else this process's global registry."""
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return REGISTRY
+    from prometheus_client import multiprocess
+
+    merged = CollectorRegistry()
+    multiprocess.MultiProcessCollector(merged)  # type: ignore[no-untyped-call]
+    return merged
+
+
 async def metrics(request: Request) -> Response:
     """Prometheus exposition of the global registry (fastcrag's series included)."""
-    return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+    return Response(generate_latest(registry()), media_type=CONTENT_TYPE_LATEST)
 
 
 async def health(request: Request) -> JSONResponse:

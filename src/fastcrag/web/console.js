@@ -3,6 +3,7 @@
 "use strict";
 
 const ASSISTANT = "crag";
+const KEY_SLOT = "fastcrag-api-key"; // sessionStorage: forgotten when the tab closes
 const SVG_NS = "http://www.w3.org/2000/svg";
 const $ = (id) => document.getElementById(id);
 
@@ -125,12 +126,19 @@ async function ask(question) {
   status.className = "busy";
   $("ask").disabled = true;
   try {
+    const headers = { "Content-Type": "application/json" };
+    const key = $("api-key").value.trim();
+    if (key) {
+      headers.Authorization = `Bearer ${key}`;
+      sessionStorage.setItem(KEY_SLOT, key);
+    }
     const resp = await fetch("/runs/wait", {
       method: "POST",
-      headers: { "Content-Type": "application/json" },
+      headers,
       body: JSON.stringify({ assistant_id: ASSISTANT, input: { question }, context: contextFromForm() }),
     });
     const body = await resp.json().catch(() => ({}));
+    if (resp.status === 401) throw new Error("this server needs its API key: enter it in the API key field");
     if (!resp.ok) throw new Error(body.detail || body.message || `HTTP ${resp.status}`);
     if (body.__error__) throw new Error(`${body.__error__.error}: ${body.__error__.message}`);
     render(body);
@@ -145,6 +153,13 @@ async function ask(question) {
 }
 
 document.addEventListener("DOMContentLoaded", () => {
+  const keyField = $("api-key");
+  keyField.value = sessionStorage.getItem(KEY_SLOT) || "";
+  keyField.addEventListener("change", () => {
+    const key = keyField.value.trim();
+    if (key) sessionStorage.setItem(KEY_SLOT, key);
+    else sessionStorage.removeItem(KEY_SLOT);
+  });
   $("ask-form").addEventListener("submit", (event) => {
     event.preventDefault();
     const q = $("question").value.trim();

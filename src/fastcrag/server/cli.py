@@ -1,0 +1,171 @@
+"""Subcommand `serve` for the main `fastcrag` CLI: the production server (uvicorn workers over `server.api`)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ipaddress
+import os
+import shutil
+import sys
+import tempfile
+from typing import Any
+
+APP = "fastcrag.server.api:create_app"
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8000
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding `host` keeps the server on this machine (a hostname other than localhost counts as not)."""
+    if host.lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+async def _probe_checkpoints(settings: Any) -> None:
+    """Open and close the checkpointer once, so that a wrong URL fails here in one line, before any worker."""
+    from fastcrag.graph.checkpoints import open_checkpointer
+
+    async with open_checkpointer(settings, pool_size=1):
+        pass
+
+
+def _build_default_index(chunk_tokens: int, chunk_overlap: int) -> None:
+    """Child process: build the embedded index when missing (errors as one line, exit code 2)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        from fastcrag.retrieval.indexing import ensure_default_index
+
+        ensure_default_index(chunk_tokens=chunk_tokens, chunk_overlap=chunk_overlap, progress=False)
+    except Exception as exc:
+        print(f"fastcrag: error: the embedded index could not be built: {type(exc).__name__}: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+def _prepare_default_index(chunk_tokens: int, chunk_overlap: int) -> int:
+    """Build the embedded index once, in a short-lived child, so that K workers never race to build it.
+
+    Returns:
+        0 when the index is ready, else the exit code to stop with.
+    """
+    import multiprocessing
+
+    child = multiprocessing.get_context("spawn").Process(
+        target=_build_default_index, args=(chunk_tokens, chunk_overlap), name="fastcrag-index"
+    )
+    child.start()
+    child.join()
+    return 0 if child.exitcode == 0 else 2
+
+
+def log_config(access_log: bool) -> dict[str, Any]:
+    """The uvicorn logging config, with fastcrag's server logger on the same handler."""
+    from uvicorn.config import LOGGING_CONFIG
+
+    config: dict[str, Any] = {
+        **LOGGING_CONFIG,
+        "loggers": {name: dict(value) for name, value in LOGGING_CONFIG["loggers"].items()},
+    }
+    config["loggers"]["fastcrag"] = {"handlers": ["default"], "level": "INFO", "propagate": False}
+    if not access_log:
+        config["loggers"]["uvicorn.access"]["level"] = "WARNING"
+    return config
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Run `fastcrag serve` until interrupted; 2 for a refused configuration, 1 when a worker failed to start."""
+    from pydantic import ValidationError
+
+    from fastcrag.config.settings import Settings
+    from fastcrag.graph.checkpoints import CheckpointsError
+
+    if args.workers < 1:
+        return _refuse("--workers must be at least 1")
+    if not 0 < args.port < 65536:
+        return _refuse("--port must be between 1 and 65535")
+    if args.run_timeout is not None:
+        if args.run_timeout <= 0:
+            return _refuse("--run-timeout must be positive")
+        os.environ["FASTRAG_RUN_TIMEOUT_S"] = str(args.run_timeout)
+    try:
+        settings = Settings()
+        from fastcrag.server.api import ServeSettings
+
+        ServeSettings()
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        return _refuse(f"invalid setting: {problems}")
+    key = settings.api_key.get_secret_value() if settings.api_key is not None else ""
+    if not key and not is_loopback(args.host):
+        return _refuse(
+            f"refusing to serve on {args.host} without FASTRAG_API_KEY: set a key, or bind 127.0.0.1 (the default)"
+        )
+    try:
+        asyncio.run(_probe_checkpoints(settings))
+    except CheckpointsError as exc:
+        return _refuse(str(exc))
+
+    if settings.index_dir is None and not settings.store:
+        code = _prepare_default_index(settings.chunk_tokens, settings.chunk_overlap)
+        if code:
+            return code
+
+    metrics_dir = tempfile.mkdtemp(prefix="fastcrag-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir  # before any worker imports prometheus_client
+    try:
+        return _run(args)
+    finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Bind once and supervise `args.workers` spawned workers (even one, so each starts with a clean import)."""
+    import uvicorn
+    from uvicorn.config import STARTUP_FAILURE
+    from uvicorn.supervisors.multiprocess import Multiprocess
+
+    config = uvicorn.Config(
+        APP,
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        log_config=log_config(not args.no_access_log),
+        timeout_graceful_shutdown=30,
+        timeout_worker_healthcheck=20,  # a worker loading models on a busy machine can be slow to answer a ping
+        server_header=False,
+    )
+    sock = config.bind_socket()
+    supervisor = Multiprocess(config, sockets=[sock])
+    supervisor.run()
+    if any(p.exitcode == STARTUP_FAILURE for p in supervisor.processes):
+        print("fastcrag: error: a worker failed to start (the reason is logged above)", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _refuse(message: str) -> int:
+    print(f"fastcrag: error: {message}", file=sys.stderr)
+    return 2
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add `serve` to the main CLI's subparsers."""
+    s = subparsers.add_parser(
+        "serve",
+        help="the production server: LangGraph API routes (SDK, RemoteGraph), /metrics and /console",
+        description="Serve the `crag` graph with uvicorn workers over the shared checkpointer "
+        "(FASTRAG_CHECKPOINTS). Off loopback it needs FASTRAG_API_KEY.",
+    )
+    s.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST}, loopback)")
+    s.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    s.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
+    s.add_argument(
+        "--run-timeout", type=float, help="seconds a run may take before it abstains (FASTRAG_RUN_TIMEOUT_S, 300)"
+    )
+    s.add_argument("--no-access-log", action="store_true", help="do not log one line per request")
+    s.set_defaults(func=cmd_serve)
