@@ -304,3 +304,18 @@ def test_postgres_gone_mid_run_abstains_with_the_redacted_reason(db: str, admin:
     assert "PgStoreError" in crag["failure"] and "Postgres store" in crag["failure"]
     assert PASSWORD not in crag["failure"] and "***" in crag["failure"]
     store.close()
+
+
+def test_first_build_defers_the_hnsw_index_and_a_killed_one_is_repaired(db: str) -> None:
+    def has_index() -> bool:
+        with connect(db) as conn:
+            return conn.execute("SELECT to_regclass('fastcrag_chunks_1_hnsw')").fetchone() != (None,)
+
+    _build(db, DOCS)
+    assert has_index()
+    with connect(db) as conn:  # what a first build killed before its last step leaves: rows, no graph
+        conn.execute("DROP INDEX fastcrag_chunks_1_hnsw")
+    with _store(db) as store:  # still searchable (exactly) meanwhile
+        assert store.similarity_search("borrow checker ownership rules", k=1)[0].metadata["source"] == "rust.md"
+    _build(db, DOCS)  # nothing changed, but the next run completes the index
+    assert has_index()

@@ -14,7 +14,9 @@ that package's fixed schema has no full-text column (so no lexical or hybrid ret
 
 Indexing (`PgSink`) writes whole documents per transaction: a changed document's old chunks are deleted and its
 new ones inserted in the same transaction, so a build killed at any point leaves the previous content queryable
-and the next run completes it. Every error names the store by its URL with the password redacted.
+and the next run completes it. The first build of an empty collection loads the rows and builds the HNSW graph
+once at the end (several times faster than growing it row by row; search is exact until then, and a run after a
+killed first build makes the index). Every error names the store by its URL with the password redacted.
 """
 
 from __future__ import annotations
@@ -298,7 +300,7 @@ def open_collection(
                         conn.execute(
                             sql.SQL(statement).format(
                                 table=sql.Identifier(table),
-                                hnsw=sql.Identifier(f"{table}_hnsw"),
+                                hnsw=sql.Identifier(f"{table}_hnsw"),  # = _hnsw(collection)
                                 gin=sql.Identifier(f"{table}_tsv"),
                                 dim=sql.Literal(dim),
                             )
@@ -455,8 +457,16 @@ class PgStore(VectorStore):
             return []
         return self.similarity_search_by_vector_with_score(self.embedding.embed_query(query), k)
 
-    def similarity_search_by_vector_with_score(self, vector: Any, k: int = 4) -> list[tuple[Document, float]]:
-        """Top-k chunks nearest to a unit vector, with the cosine similarity."""
+    def similarity_search_by_vector_with_score(
+        self, vector: Any, k: int = 4, ef_search: int | None = None
+    ) -> list[tuple[Document, float]]:
+        """Top-k chunks nearest to a unit vector, with the cosine similarity.
+
+        Args:
+            vector: The query embedding.
+            k: How many chunks.
+            ef_search: HNSW's candidate list size (recall against speed); max(40, 2k) when None, at most 1000.
+        """
         from psycopg import sql
 
         query = sql.SQL(
@@ -464,7 +474,9 @@ class PgStore(VectorStore):
             "LIMIT %(k)s"
         ).format(self._table())
         with self._connection("dense search") as conn, conn.transaction():
-            conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(min(1000, max(40, 2 * k))),))
+            conn.execute(
+                "SELECT set_config('hnsw.ef_search', %s, true)", (str(min(1000, ef_search or max(40, 2 * k))),)
+            )
             rows = conn.execute(query, {"q": _vector(vector), "k": k}).fetchall()
         return [(_document(row), float(row[4])) for row in rows]
 
@@ -605,8 +617,7 @@ def _insert_chunks(conn: psycopg.Connection[Any], collection: Collection, rows: 
             ).format(sql.Identifier(collection.table))
         )
         added = cur.rowcount
-        cur.execute("TRUNCATE fastcrag_stage")
-    return max(0, added)
+    return max(0, added)  # the staging rows go at commit
 
 
 def _count(conn: psycopg.Connection[Any], collection: Collection, delta: int) -> None:
@@ -616,11 +627,58 @@ def _count(conn: psycopg.Connection[Any], collection: Collection, delta: int) ->
     )
 
 
+def _chunks(conn: psycopg.Connection[Any], collection: Collection) -> int:
+    row = conn.execute("SELECT chunks FROM fastcrag_collections WHERE id = %s", (collection.id,)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _hnsw(collection: Collection) -> str:
+    return f"{collection.table}_hnsw"
+
+
+def build_hnsw_index(
+    conn: psycopg.Connection[Any], collection: Collection, *, m: int = 16, ef_construction: int = 64
+) -> str | None:
+    """Create the collection's HNSW index when it is missing, with memory and workers sized for the rows.
+
+    `maintenance_work_mem` is set (for this statement only) so the graph fits in memory up to 2 GB, and
+    `max_parallel_maintenance_workers` to the cores but one (at most 7).
+
+    Returns:
+        The settings it was built with, or None when the index was there.
+    """
+    import os
+
+    from psycopg import sql
+
+    if conn.execute("SELECT to_regclass(%s)", (_hnsw(collection),)).fetchone() != (None,):
+        return None
+    rows = _chunks(conn, collection)
+    graph_mb = int(rows * (collection.dim * 4 + 24 * m) * 1.3 / 2**20) + 64
+    workers = max(0, min(7, (os.cpu_count() or 2) - 1))
+    memory = f"{min(graph_mb, 2048)}MB"
+    with conn.transaction():
+        conn.execute("SELECT set_config('maintenance_work_mem', %s, true)", (memory,))
+        conn.execute("SELECT set_config('max_parallel_maintenance_workers', %s, true)", (str(workers),))
+        conn.execute(
+            sql.SQL(
+                "CREATE INDEX IF NOT EXISTS {} ON {} USING hnsw (embedding vector_cosine_ops) "
+                "WITH (m = {}, ef_construction = {})"
+            ).format(
+                sql.Identifier(_hnsw(collection)),
+                sql.Identifier(collection.table),
+                sql.Literal(m),
+                sql.Literal(ef_construction),
+            )
+        )
+    return f"maintenance_work_mem {memory}, max_parallel_maintenance_workers {workers}"
+
+
 class PgSink:
     """Where `fastcrag index --store URL` writes: one collection, whole documents per transaction.
 
     Holds a session advisory lock on the collection for the whole build, so two builds never interleave (a killed
-    build's lock goes with its session).
+    build's lock goes with its session). Into an empty collection, the HNSW index is built once in `finish`.
     """
 
     def __init__(
@@ -637,6 +695,8 @@ class PgSink:
         Raises:
             PgStoreError: as `PgStore`, or another build is writing the collection.
         """
+        from psycopg import sql
+
         self.url = url
         self.shown_url = redact_url(url)
         self.prune_unseen = prune
@@ -661,6 +721,15 @@ class PgSink:
                         "UPDATE fastcrag_collections SET chunk_tokens = %s, chunk_overlap = %s WHERE id = %s",
                         (*chunk_settings, self.collection.id),
                     )
+            with self._guard("preparing the HNSW index"):
+                if _chunks(self._conn, self.collection) == 0:
+                    # An empty collection is loaded first and its graph built once at the end (several times faster
+                    # than growing it row by row); until then, and after a build killed before that, search is exact.
+                    self._conn.execute(
+                        sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(_hnsw(self.collection)))
+                    )
+                else:
+                    build_hnsw_index(self._conn, self.collection)  # a no-op unless a killed first build left none
         except BaseException:
             self._conn.close()
             raise
@@ -762,16 +831,15 @@ class PgSink:
         return len(gone)
 
     def finish(self, changed: bool) -> int:
-        """Refresh planner statistics after a change; returns the chunks in the collection."""
+        """Build the HNSW index when the build deferred it, refresh planner statistics; returns the chunk count."""
         from psycopg import sql
 
+        with self._guard("building the HNSW index"):
+            build_hnsw_index(self._conn, self.collection)
         with self._guard("finishing the build"):
             if changed:
                 self._conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(self.collection.table)))
-            row = self._conn.execute(
-                "SELECT chunks FROM fastcrag_collections WHERE id = %s", (self.collection.id,)
-            ).fetchone()
-        return int(row[0]) if row else 0
+            return _chunks(self._conn, self.collection)
 
 
 def build_pg_index(
