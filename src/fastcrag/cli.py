@@ -226,14 +226,12 @@ def parser() -> argparse.ArgumentParser:
     rel.set_defaults(func=cmd_reliability)
 
     from fastcrag.evaluation.bench_store import add_commands as add_bench_store
-    from fastcrag.evaluation.bench_store import add_commands as add_bench_store
     from fastcrag.evaluation.cli import add_commands as add_evaluation
     from fastcrag.server.cli import add_commands as add_server
     from fastcrag.training.cli import add_commands as add_training
 
     add_training(sub)
     add_evaluation(sub)
-    add_bench_store(sub)
     add_bench_store(sub)
     add_server(sub)
     return p
