@@ -9,7 +9,8 @@ so both work unchanged:
     POST /assistants/search                        the one assistant, `crag` (graph id) = ASSISTANT_ID
     GET  /assistants/{id}  /assistants/{id}/schemas  /assistants/{id}/graph
     POST /threads                                  create a thread (recorded beside the checkpoints)
-    GET  /threads/{id}  /threads/{id}/state
+    GET  /threads/{id}  /threads/{id}/state  /threads/{id}/state/{checkpoint_id}
+    POST /threads/{id}/state/checkpoint            the state at a given checkpoint (RemoteGraph.get_state)
     POST /runs/wait  /runs/stream                  a run without a thread (no checkpoint is written)
     POST /threads/{id}/runs/wait  /threads/{id}/runs/stream   a run on a thread (history in the checkpointer)
     GET  /metrics                                  Prometheus, summed over every worker (multiprocess mode)
@@ -443,14 +444,18 @@ async def _store_call(service: Service, what: str, call: Awaitable[Any]) -> Any:
         raise HTTPException(503, f"{what} failed: {reason}") from None
 
 
-async def _thread_exists(service: Service, thread_id: str) -> Any:
-    """The thread's record, True for a thread known only by its checkpoints, or None."""
-    record = await _store_call(service, "reading the thread", service.threads.get(thread_id))
+async def _thread_known(service: Service, thread_id: str) -> Any:
+    """The thread's record, True for a thread known only by its checkpoints, or None (database errors raise)."""
+    record = await service.threads.get(thread_id)
     if record is not None:
         return record
-    config = {"configurable": {"thread_id": thread_id}}
-    found = await _store_call(service, "reading the checkpoints", service.saver.aget_tuple(config))
+    found = await service.saver.aget_tuple({"configurable": {"thread_id": thread_id}})
     return True if found is not None else None
+
+
+async def _thread_exists(service: Service, thread_id: str) -> Any:
+    """`_thread_known`, with a database failure as a redacted 503."""
+    return await _store_call(service, "reading the thread", _thread_known(service, thread_id))
 
 
 def _thread_json(record: Any, thread_id: str, values: dict[str, Any]) -> dict[str, Any]:
@@ -505,16 +510,39 @@ async def get_thread(request: Request) -> Response:
     return OrjsonResponse(_thread_json(record, thread_id, snapshot.values or {}))
 
 
-async def get_thread_state(request: Request) -> Response:
-    """`GET /threads/{id}/state`: the latest checkpoint as a ThreadState."""
+async def _state_at(request: Request, checkpoint: dict[str, Any]) -> Response:
     service = _service(request)
     thread_id = _thread_id(request.path_params["thread_id"])
     if await _thread_exists(service, thread_id) is None:
         raise HTTPException(404, f"thread {thread_id} not found")
+    configurable: dict[str, Any] = {"thread_id": thread_id}
+    for name in ("checkpoint_ns", "checkpoint_id"):
+        value = checkpoint.get(name)
+        if value is not None and not isinstance(value, str):
+            raise HTTPException(422, f"{name} must be a string")
+        if value:
+            configurable[name] = value
     snapshot = await _store_call(
-        service, "reading the checkpoints", service.graph.aget_state({"configurable": {"thread_id": thread_id}})
+        service, "reading the checkpoints", service.graph.aget_state({"configurable": configurable})
     )
+    if configurable.get("checkpoint_id") and _checkpoint_ref(snapshot.config) is None:
+        raise HTTPException(404, f"checkpoint {configurable['checkpoint_id']} not found on thread {thread_id}")
     return OrjsonResponse(_thread_state(snapshot, thread_id))
+
+
+async def get_thread_state(request: Request) -> Response:
+    """`GET /threads/{id}/state` (the latest checkpoint) and `/threads/{id}/state/{checkpoint_id}`, as ThreadState."""
+    return await _state_at(request, {"checkpoint_id": request.path_params.get("checkpoint_id")})
+
+
+async def post_thread_state(request: Request) -> Response:
+    """`POST /threads/{id}/state/checkpoint`: the state at `{"checkpoint": {checkpoint_id, checkpoint_ns}}`."""
+    service = _service(request)
+    body = await read_json(request, service.limits.max_body_bytes)
+    checkpoint = body.get("checkpoint") or {}
+    if not isinstance(checkpoint, dict):
+        raise HTTPException(422, "checkpoint must be a JSON object")
+    return await _state_at(request, checkpoint)
 
 
 # ---------------------------------------------------------------------------------------------- runs
@@ -526,6 +554,7 @@ class RunPlan:
 
     run_id: str
     thread_id: str | None
+    create_thread: bool
     input: dict[str, Any]
     context: Context
     config: dict[str, Any]
@@ -604,15 +633,14 @@ async def _plan(request: Request, service: Service, thread_id: str | None) -> Ru
             raise HTTPException(422, f"`{name}` is not supported by fastcrag serve (the graph never interrupts)")
     if body.get("after_seconds"):
         raise HTTPException(422, "`after_seconds` is not supported: runs start at once")
-    if thread_id is not None:
-        if await _thread_exists(service, thread_id) is None:
-            if body.get("if_not_exists") != "create":
-                raise HTTPException(404, f"thread {thread_id} not found (send if_not_exists=create to create it)")
-            await _store_call(service, "creating the thread", service.threads.create(thread_id, {}))
+    if_not_exists = body.get("if_not_exists") or "reject"
+    if if_not_exists not in ("reject", "create"):
+        raise HTTPException(422, "if_not_exists must be `reject` or `create`")
     run_id = str(uuid.uuid4())
     return RunPlan(
         run_id=run_id,
         thread_id=thread_id,
+        create_thread=if_not_exists == "create",
         input=_input(body.get("input")),
         context=_context(body.get("context")),
         config=_run_config(body.get("config"), thread_id, run_id),
@@ -659,6 +687,20 @@ def _failure(service: Service, plan: RunPlan, exc: BaseException) -> _Failure:
     return failure
 
 
+async def _ensure_thread(service: Service, plan: RunPlan) -> None:
+    """Check (or create) the run's thread.
+
+    Raises:
+        HTTPException: 404 for an unknown thread without `if_not_exists=create`.
+        Exception: the database failed (the caller turns it into an abstention).
+    """
+    if plan.thread_id is None or await _thread_known(service, plan.thread_id) is not None:
+        return
+    if not plan.create_thread:
+        raise HTTPException(404, f"thread {plan.thread_id} not found (send if_not_exists=create to create it)")
+    await service.threads.create(plan.thread_id, {})
+
+
 def _graph_for(service: Service, plan: RunPlan) -> Any:
     return service.graph if plan.thread_id is not None else service.stateless
 
@@ -679,7 +721,10 @@ async def run_wait(request: Request) -> Response:
     graph = _graph_for(service, plan)
     try:
         async with asyncio.timeout(service.limits.run_timeout_s):
+            await _ensure_thread(service, plan)
             output = await graph.ainvoke(plan.input, plan.config, context=plan.context)
+    except HTTPException:
+        raise
     except Exception as exc:
         output = failure_output(service, plan, _failure(service, plan, exc).reason)
     else:
@@ -703,10 +748,14 @@ async def _produce(graph: Any, plan: RunPlan, queue: asyncio.Queue[Any]) -> None
         await queue.put(None)
 
 
-async def _events(service: Service, plan: RunPlan) -> AsyncIterator[bytes]:
+async def _events(service: Service, plan: RunPlan, failed: BaseException | None) -> AsyncIterator[bytes]:
     yield sse("metadata", {"run_id": plan.run_id, "attempt": 1})
     queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=64)
-    producer = asyncio.create_task(_produce(_graph_for(service, plan), plan, queue))
+    if failed is not None:  # the thread could not even be read: the run ends at once, in an abstention
+        await queue.put(failed)
+        producer = asyncio.create_task(asyncio.sleep(0))
+    else:
+        producer = asyncio.create_task(_produce(_graph_for(service, plan), plan, queue))
     deadline = time.monotonic() + service.limits.run_timeout_s
     try:
         while True:
@@ -741,8 +790,16 @@ async def run_stream(request: Request) -> Response:
     service = _service(request)
     thread_id = request.path_params.get("thread_id")
     plan = await _plan(request, service, None if thread_id is None else _thread_id(thread_id))
+    failed: BaseException | None = None
+    try:
+        async with asyncio.timeout(service.limits.run_timeout_s):
+            await _ensure_thread(service, plan)
+    except HTTPException:
+        raise
+    except Exception as exc:
+        failed = exc
     return StreamingResponse(
-        _events(service, plan),
+        _events(service, plan, failed),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
@@ -773,6 +830,8 @@ def routes() -> list[Route]:
         Route("/threads", create_thread, methods=["POST"]),
         Route("/threads/{thread_id}", get_thread, methods=["GET"]),
         Route("/threads/{thread_id}/state", get_thread_state, methods=["GET"]),
+        Route("/threads/{thread_id}/state/checkpoint", post_thread_state, methods=["POST"]),
+        Route("/threads/{thread_id}/state/{checkpoint_id}", get_thread_state, methods=["GET"]),
         Route("/threads/{thread_id}/runs/wait", run_wait, methods=["POST"]),
         Route("/threads/{thread_id}/runs/stream", run_stream, methods=["POST"]),
         Route("/runs/wait", run_wait, methods=["POST"]),

@@ -1,0 +1,542 @@
+"""`fastcrag serve`, the production server: SDK and RemoteGraph compatibility, auth, limits, shared threads, load.
+
+One server per module (`--workers 2`, Postgres checkpoints from the session's real Postgres, an API key, the
+extractive generator) runs as a subprocess on a free loopback port; the reference answers and latencies come from the
+same graph built in this process. The outage and time-limit tests run the app in-process (Starlette's TestClient
+runs its lifespan) over a second Postgres that the test stops mid-thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from test_server import CRAG_KEYS, OFF_CORPUS, OFFLINE_ENV, QUESTIONS, free_port, report, sse_events
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+KEY = "test-key-4f1c9e7a2b"
+PASSWORD = "pw-never-echo-91d3"
+WORKERS = 2
+ABSTAIN = "I don't know."
+
+
+def with_password(url: str, password: str = PASSWORD) -> str:
+    """The URL with `password` as its password (the bundled Postgres trusts local sockets, so any password works)."""
+    changed, count = re.subn(r"^(postgres(?:ql)?://)([^:@/]*)(?::[^@/]*)?@", rf"\g<1>\g<2>:{password}@", url)
+    assert count == 1, "unexpected Postgres URL shape"
+    return changed
+
+
+def fastcrag_command() -> list[str]:
+    exe = Path(sys.executable).parent / "fastcrag"
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "fastcrag.cli"]
+
+
+def serve_env(**extra: str) -> dict[str, str]:
+    env = {**os.environ, **OFFLINE_ENV, **extra}
+    for name in ("FASTRAG_API_KEY", "FASTRAG_CHECKPOINTS", "PROMETHEUS_MULTIPROC_DIR"):
+        if name not in extra:
+            env.pop(name, None)
+    return env
+
+
+class Served:
+    """A running `fastcrag serve`."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], url: str, log: Path, start_s: float) -> None:
+        self.proc = proc
+        self.url = url
+        self.log = log
+        self.start_s = start_s
+        self.client = httpx.Client(base_url=url, timeout=300.0, headers={"Authorization": f"Bearer {KEY}"})
+        self.seen: list[str] = []  # every response body, checked for secrets at the end
+
+    def log_text(self) -> str:
+        return self.log.read_text(encoding="utf-8", errors="replace")
+
+    def get(self, path: str, **kwargs: Any) -> httpx.Response:
+        resp = self.client.get(path, **kwargs)
+        self.seen.append(resp.text)
+        return resp
+
+    def post(self, path: str, **kwargs: Any) -> httpx.Response:
+        resp = self.client.post(path, **kwargs)
+        self.seen.append(resp.text)
+        return resp
+
+    def wait(self, question: str, thread_id: str | None = None) -> dict[str, Any]:
+        path = f"/threads/{thread_id}/runs/wait" if thread_id else "/runs/wait"
+        resp = self.post(path, json={"assistant_id": "crag", "input": {"question": question}})
+        assert resp.status_code == 200, resp.text
+        return resp.json()  # type: ignore[no-any-return]
+
+    def answered(self) -> float:
+        """How many answers the server counted, over every worker."""
+        text = self.get("/metrics").text
+        return sum(
+            float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("crag_actions_total{")
+        )
+
+
+@contextlib.contextmanager
+def run_serve(log_dir: Path, env: dict[str, str], *args: str, ready_timeout_s: float = 300.0) -> Iterator[Served]:
+    """Start `fastcrag serve` on a free loopback port; yield once every worker is ready; stop it."""
+    port = free_port()
+    log = log_dir / f"serve-{port}.log"
+    cmd = [*fastcrag_command(), "serve", "--port", str(port), "--workers", str(WORKERS), *args]
+    started = time.perf_counter()
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = started + ready_timeout_s
+        while log.read_text(errors="replace").count(" ready: graph crag") < WORKERS:
+            if proc.poll() is not None:
+                pytest.fail(f"fastcrag serve exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
+            if time.perf_counter() > deadline:
+                pytest.fail(f"fastcrag serve not ready after {ready_timeout_s:.0f} s:\n{log.read_text()[-4000:]}")
+            time.sleep(0.25)
+        assert httpx.get(f"{url}/ok", timeout=10).json() == {"ok": True}
+        served = Served(proc, url, log, time.perf_counter() - started)
+        yield served
+        served.client.close()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def checkpoints_url(postgres_url: str) -> str:
+    return with_password(postgres_url)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, checkpoints_url: str) -> Iterator[Served]:
+    env = serve_env(FASTRAG_API_KEY=KEY, FASTRAG_CHECKPOINTS=checkpoints_url)
+    with run_serve(tmp_path_factory.mktemp("serve"), env) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def local_graph() -> Any:
+    """The same graph in this process (no checkpointer): the reference answers and latencies."""
+    from fastcrag import build_graph
+    from fastcrag.config.settings import Settings
+
+    graph = build_graph(settings=Settings(llm="extractive"))
+    graph.parts.warm_up()  # type: ignore[attr-defined]
+    graph.invoke({"question": QUESTIONS[0]})
+    return graph
+
+
+@pytest.fixture(scope="module")
+def reference(local_graph: Any) -> dict[str, list[str]]:
+    """Each question's cited chunk ids, in-process."""
+    return {q: [c["chunk_id"] for c in local_graph.invoke({"question": q})["citations"]] for q in QUESTIONS}
+
+
+def chunk_ids(out: dict[str, Any]) -> list[str]:
+    return [c["chunk_id"] for c in out["citations"]]
+
+
+def test_starts_and_answers_ok_without_the_key(served: Served, capsys: pytest.CaptureFixture[str]) -> None:
+    report(capsys, f"fastcrag serve --workers {WORKERS}: start to every worker ready {served.start_s:.1f} s")
+    resp = httpx.get(f"{served.url}/ok")
+    assert resp.status_code == 200 and resp.json() == {"ok": True}
+    log = served.log_text()
+    assert "Traceback" not in log
+    assert log.count(" ready: graph crag, checkpoints postgres ") == WORKERS
+
+
+def test_no_key_or_wrong_key_is_401_and_nothing_runs(served: Served) -> None:
+    before = served.answered()
+    body = {"assistant_id": "crag", "input": {"question": QUESTIONS[1]}}
+    bad_headers: list[dict[str, str]] = [
+        {},
+        {"Authorization": "Bearer wrong"},
+        {"x-api-key": "wrong"},
+        {"Authorization": KEY},  # no scheme
+        {"Authorization": f"Basic {KEY}"},
+    ]
+    for headers in bad_headers:
+        for path in ("/runs/wait", "/runs/stream", "/threads", "/assistants/search"):
+            resp = httpx.post(f"{served.url}{path}", json=body, headers=headers)
+            assert resp.status_code == 401, (path, headers, resp.text)
+            assert "detail" in resp.json() and KEY not in resp.text
+        for path in ("/metrics", "/assistants/crag", "/threads/x/state", "/info"):
+            assert httpx.get(f"{served.url}{path}", headers=headers).status_code == 401, path
+    assert served.answered() == before  # nothing ran
+    ok = httpx.post(f"{served.url}/assistants/search", json={}, headers={"x-api-key": KEY})
+    assert ok.status_code == 200 and ok.json()[0]["graph_id"] == "crag"
+    page = httpx.get(f"{served.url}/console")  # the static console loads without the key, then asks for it
+    assert page.status_code == 200 and 'id="api-key"' in page.text and 'type="password"' in page.text
+    js = httpx.get(f"{served.url}/console/console.js").text
+    assert "sessionStorage" in js and "Authorization" in js
+
+
+def test_oversized_body_is_413(served: Served) -> None:
+    big = {"assistant_id": "crag", "input": {"question": "x" * (70 * 1024)}}
+    assert served.post("/runs/wait", json=big).status_code == 413
+    assert served.post("/threads", json={"metadata": {"blob": "y" * (70 * 1024)}}).status_code == 413
+    chunked = served.client.post("/runs/wait", content=iter([b"{" + b" " * 40_000, b" " * 40_000 + b"}"]))
+    assert chunked.status_code == 413
+    assert httpx.post(f"{served.url}/runs/wait", json=big).status_code == 401  # the key is checked first
+
+
+def test_sdk_client_assistants_threads_and_runs(served: Served, reference: dict[str, list[str]]) -> None:
+    from langgraph_sdk import get_sync_client
+
+    client = get_sync_client(url=served.url, api_key=KEY)
+    found = client.assistants.search(graph_id="crag", limit=10)
+    assert len(found) == 1 and found[0]["graph_id"] == "crag"
+    assistant_id = found[0]["assistant_id"]
+    assert (
+        client.assistants.get(assistant_id)["assistant_id"]
+        == assistant_id
+        == client.assistants.get("crag")["assistant_id"]
+    )
+    schemas = client.assistants.get_schemas(assistant_id)
+    assert set(schemas["input_schema"]["properties"]) == {"question", "messages"}
+    assert {"answer", "citations", "crag"} <= set(schemas["output_schema"]["properties"])
+    assert {"reranker_threshold", "crag_upper", "crag_enabled"} <= set(schemas["context_schema"]["properties"])
+    assert client.assistants.search(graph_id="other") == []
+
+    thread = client.threads.create(metadata={"user": "test"})
+    tid = thread["thread_id"]
+    assert client.threads.get(tid)["metadata"] == {"user": "test"}
+    question = QUESTIONS[2]
+    on_thread = client.runs.wait(tid, assistant_id, input={"question": question})
+    assert on_thread["answer"] and on_thread["answer"] != ABSTAIN
+    assert set(on_thread["crag"]) == CRAG_KEYS and on_thread["crag"]["failure"] is None
+    assert chunk_ids(on_thread) == reference[question]
+    state = client.threads.get_state(tid)
+    assert state["values"]["answer"] == on_thread["answer"] and state["checkpoint"]["checkpoint_id"]
+    assert client.threads.get(tid)["values"]["answer"] == on_thread["answer"]
+
+    stateless = client.runs.wait(None, "crag", input={"question": question})
+    assert chunk_ids(stateless) == reference[question]
+    tuned = client.runs.wait(None, "crag", input={"question": question}, context={"crag_enabled": False})
+    assert tuned["crag"]["action"] == "disabled"
+    off = client.runs.wait(None, "crag", input={"question": OFF_CORPUS})
+    assert off["answer"] == ABSTAIN and off["citations"] == [] and off["crag"]["action"] == "abstain"
+
+    with pytest.raises(Exception, match=r"404|not found"):
+        client.runs.wait("no-such-thread", "crag", input={"question": question})
+    with pytest.raises(Exception, match=r"422|unknown context"):
+        client.runs.wait(None, "crag", input={"question": question}, context={"no_such_switch": 1})
+    with pytest.raises(Exception, match=r"404|not found"):
+        client.runs.wait(None, "nope", input={"question": question})
+
+
+def test_remote_graph_invoke_unchanged(served: Served, reference: dict[str, list[str]]) -> None:
+    from langgraph.pregel.remote import RemoteGraph
+
+    remote = RemoteGraph("crag", url=served.url, api_key=KEY)
+    question = QUESTIONS[3]
+    out = remote.invoke({"question": question})
+    assert out["answer"] and out["answer"] != ABSTAIN and out["crag"]["failure"] is None
+    assert chunk_ids(out) == reference[question]
+    config = {"configurable": {"thread_id": f"remote-{time.time_ns()}"}}
+    first = remote.invoke({"messages": [{"role": "user", "content": QUESTIONS[4]}]}, config)
+    assert [m["type"] for m in first["messages"]] == ["human", "ai"]
+    second = remote.invoke({"messages": [{"role": "user", "content": QUESTIONS[5]}]}, config)
+    assert [m["type"] for m in second["messages"]] == ["human", "ai", "human", "ai"]
+    snapshot = remote.get_state(config)
+    assert len(snapshot.values["messages"]) == 4 and snapshot.next == ()
+    assert {"retrieve", "grade", "generate", "abstain"} <= set(remote.get_graph().nodes)
+    with_context = remote.invoke({"question": question}, context={"crag_enabled": False})
+    assert with_context["crag"]["action"] == "disabled"
+
+
+def test_runs_stream_events(served: Served) -> None:
+    body = {
+        "assistant_id": "crag",
+        "input": {"question": QUESTIONS[1]},
+        "stream_mode": ["values", "updates", "custom"],
+    }
+    with served.client.stream("POST", "/runs/stream", json=body) as resp:
+        assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/event-stream")
+        events = list(sse_events(resp))
+    kinds = [e for e, _ in events]
+    assert kinds[0] == "metadata" and events[0][1]["run_id"] and "error" not in kinds
+    nodes = [next(iter(d)) for e, d in events if e == "updates"]
+    assert nodes[:2] == ["retrieve", "grade"] and nodes[-1] in {"generate", "abstain"}
+    graded = [d for e, d in events if e == "custom"]
+    assert len(graded) == 1 and graded[0]["event"] == "graded"
+    final = [d for e, d in events if e == "values"][-1]
+    assert final["answer"] and final["crag"]["band"] == graded[0]["band"]
+
+    thread = served.post("/threads", json={}).json()
+    body = {"assistant_id": "crag", "input": {"question": QUESTIONS[6]}, "stream_mode": "updates"}
+    with served.client.stream("POST", f"/threads/{thread['thread_id']}/runs/stream", json=body) as resp:
+        events = list(sse_events(resp))
+    assert {e for e, _ in events} == {"metadata", "updates"}
+    assert served.get(f"/threads/{thread['thread_id']}/state").json()["values"]["answer"]
+    bad = served.post("/runs/stream", json={**body, "stream_mode": ["events"]})
+    assert bad.status_code == 422 and "stream_mode" in bad.json()["detail"]
+
+
+def test_thread_continues_across_separately_started_graphs(
+    served: Served, local_graph: Any, checkpoints_url: str
+) -> None:
+    """Turn 1 through the server, turn 2 in this process's own graph on the same Postgres, turn 3 on the server."""
+    from fastcrag import build_graph
+    from fastcrag.config.settings import Settings
+    from fastcrag.graph.checkpoints import open_checkpointer
+
+    tid = served.post("/threads", json={"metadata": {"case": "shared"}}).json()["thread_id"]
+    turn = {"assistant_id": "crag", "input": {"messages": [{"role": "user", "content": QUESTIONS[7]}]}}
+    first = served.post(f"/threads/{tid}/runs/wait", json=turn).json()
+    assert [m["type"] for m in first["messages"]] == ["human", "ai"]
+
+    async def continue_here() -> tuple[dict[str, Any], dict[str, Any]]:
+        parts = local_graph.parts
+        async with open_checkpointer(Settings(checkpoints=checkpoints_url)) as saver:
+            graph = build_graph(
+                retriever=parts.retriever(),
+                reranker=parts.reranker(),
+                llm=parts.generator(),
+                calibration=parts.calibration(),
+                checkpointer=saver,
+            )
+            config = {"configurable": {"thread_id": tid}}
+            seen = (await graph.aget_state(config)).values
+            out = await graph.ainvoke({"messages": [{"role": "user", "content": QUESTIONS[8]}]}, config)
+            return seen, out
+
+    seen, second = asyncio.run(continue_here())
+    assert seen["answer"] == first["answer"] and len(seen["messages"]) == 2  # the first run's state
+    assert len(second["messages"]) == 4
+    state = served.get(f"/threads/{tid}/state").json()
+    assert [m["type"] for m in state["values"]["messages"]] == ["human", "ai", "human", "ai"]
+    assert state["values"]["answer"] == second["answer"]
+    third = served.post(f"/threads/{tid}/runs/wait", json=turn).json()
+    assert len(third["messages"]) == 6 and third["answer"] == first["answer"]
+
+
+def test_load_200_runs_from_20_clients(
+    served: Served, reference: dict[str, list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """20 concurrent SDK clients, each on its own thread (Postgres checkpoints), 10 runs each: no failure, and every
+    answer cites what the same question gets in-process."""
+    from langgraph_sdk import get_client
+
+    clients, per_client = 20, 10
+    before = served.answered()
+    failures: list[str] = []
+    latencies: list[float] = []
+
+    async def one_client(client: Any, index: int) -> None:
+        thread = await client.threads.create(metadata={"load": index})
+        for j in range(per_client):
+            question = QUESTIONS[(index + j) % len(QUESTIONS)]
+            started = time.perf_counter()
+            try:
+                out = await client.runs.wait(thread["thread_id"], "crag", input={"question": question})
+            except Exception as exc:
+                failures.append(f"client {index} run {j}: {type(exc).__name__}: {exc}")
+                continue
+            latencies.append((time.perf_counter() - started) * 1000)
+            if out.get("crag", {}).get("failure") is not None or chunk_ids(out) != reference[question]:
+                failures.append(f"client {index} run {j} ({question}): {json.dumps(out.get('crag'))[:300]}")
+
+    async def load() -> float:
+        client = get_client(url=served.url, api_key=KEY, timeout=httpx.Timeout(300.0, connect=30.0))
+        started = time.perf_counter()
+        await asyncio.gather(*(one_client(client, i) for i in range(clients)))
+        return time.perf_counter() - started
+
+    wall = asyncio.run(load())
+    runs = clients * per_client
+    p50, p95 = statistics.median(latencies), statistics.quantiles(latencies, n=20)[-1]
+    report(
+        capsys,
+        f"load: {runs} runs / {clients} clients / {WORKERS} workers in {wall:.1f} s ({runs / wall:.1f} runs/s); "
+        f"latency P50 {p50:.0f} ms, P95 {p95:.0f} ms; failures {len(failures)}",
+    )
+    assert failures == [], failures[:5]
+    assert len(latencies) == runs
+    assert served.answered() - before == runs  # /metrics sums both workers
+    metrics = served.get("/metrics").text
+    assert 'fastcrag_stage_seconds_count{stage="retrieve"}' in metrics
+    assert not re.search(r"^fastcrag_run_failures_total\{[^}]*\} [1-9]", metrics, re.M)
+
+
+def test_runs_wait_p50_against_in_process(
+    served: Served, local_graph: Any, reference: dict[str, list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    served_ms, local_ms = [], []
+    for q in QUESTIONS:  # interleaved, so that both see the same machine load
+        t = time.perf_counter()
+        out = served.wait(q)
+        served_ms.append((time.perf_counter() - t) * 1000)
+        t = time.perf_counter()
+        local = local_graph.invoke({"question": q})
+        local_ms.append((time.perf_counter() - t) * 1000)
+        assert chunk_ids(out) == chunk_ids(local) == reference[q]
+    p50_served, p50_local = statistics.median(served_ms), statistics.median(local_ms)
+    report(
+        capsys,
+        f"/runs/wait P50 through fastcrag serve {p50_served:.0f} ms vs in-process P50 {p50_local:.0f} ms over "
+        f"{len(QUESTIONS)} questions: overhead {p50_served - p50_local:+.0f} ms (target <= +100 ms)",
+    )
+    assert p50_served <= p50_local + 500  # loose: the machine is shared and noisy
+
+
+def test_no_secret_in_responses_metrics_or_logs(served: Served) -> None:
+    missing = served.get("/threads/no-such-thread")
+    assert missing.status_code == 404
+    bad = served.post("/runs/wait", json={"assistant_id": "crag", "input": "not an object"})
+    assert bad.status_code == 422
+    served.get("/metrics")
+    served.get("/info")
+    assert served.seen, "no responses recorded"
+    for text in served.seen:
+        assert PASSWORD not in text and KEY not in text
+    log = served.log_text()
+    assert PASSWORD not in log and KEY not in log
+    assert "***" in log or "postgres" in log  # the checkpoint store is named, redacted
+    assert "Traceback" not in log
+
+
+def run_cli(env: dict[str, str], *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*fastcrag_command(), "serve", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_non_loopback_bind_without_key_refuses_to_start() -> None:
+    for host in ("0.0.0.0", "::", "example.internal"):
+        done = run_cli(serve_env(), "--host", host, "--port", str(free_port()))
+        assert done.returncode == 2, done.stderr
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and "FASTRAG_API_KEY" in lines[0] and "Traceback" not in done.stderr
+
+
+def test_unreachable_checkpoints_refuse_to_start_without_the_password() -> None:
+    url = f"postgresql://fastcrag:{PASSWORD}@127.0.0.1:{free_port()}/fastcrag"
+    done = run_cli(serve_env(FASTRAG_CHECKPOINTS=url, FASTRAG_API_KEY=KEY), "--port", str(free_port()))
+    assert done.returncode == 2, done.stderr
+    assert "checkpoints" in done.stderr and "***" in done.stderr
+    assert PASSWORD not in done.stderr + done.stdout and KEY not in done.stderr + done.stdout
+    assert "Traceback" not in done.stderr
+
+
+# ------------------------------------------------------------------------ in-process: outage and time limit
+
+
+def in_process_app(local_graph: Any, checkpoints: str, run_timeout_s: float) -> Any:
+    """The server app over this process's loaded parts, with `checkpoints` and a run time limit."""
+    from fastcrag import build_graph
+    from fastcrag.config.settings import Settings
+    from fastcrag.graph.checkpoints import open_checkpointer
+    from fastcrag.server.api import Server, ServeSettings, Service, _secrets
+    from fastcrag.server.threads import thread_records
+
+    parts = local_graph.parts
+
+    def graph(checkpointer: Any = None) -> Any:
+        return build_graph(
+            retriever=parts.retriever(),
+            reranker=parts.reranker(),
+            llm=parts.generator(),
+            calibration=parts.calibration(),
+            checkpointer=checkpointer,
+        )
+
+    async def start(stack: contextlib.AsyncExitStack) -> Service:
+        settings = Settings(llm="extractive", checkpoints=checkpoints)
+        saver = await stack.enter_async_context(open_checkpointer(settings))
+        threads = thread_records(saver)
+        await threads.setup()
+        limits = ServeSettings(run_timeout_s=run_timeout_s)
+        return Service(graph(saver), graph(), saver, threads, settings, limits, _secrets(settings))
+
+    return Server(start)
+
+
+def assert_abstention(out: dict[str, Any], *reasons: str) -> None:
+    assert out["answer"] == ABSTAIN and out["citations"] == []
+    assert set(out["crag"]) == CRAG_KEYS and out["crag"]["action"] == "abstain"
+    failure = out["crag"]["failure"]
+    assert failure and any(r in failure for r in reasons), failure
+    assert PASSWORD not in json.dumps(out) and "Traceback" not in json.dumps(out)
+
+
+def test_postgres_going_away_mid_thread_abstains_and_the_worker_keeps_serving(
+    local_graph: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from starlette.testclient import TestClient
+
+    from fastcrag.server.postgres import start_local_postgres
+
+    folder = tmp_path / "pg-outage"
+    url = with_password(start_local_postgres(folder, "fastcrag_outage"))
+    app = in_process_app(local_graph, url, run_timeout_s=8.0)
+    body = {"assistant_id": "crag", "input": {"question": QUESTIONS[0]}}
+    with TestClient(app) as client:
+        tid = client.post("/threads", json={}).json()["thread_id"]
+        first = client.post(f"/threads/{tid}/runs/wait", json=body).json()
+        assert first["answer"] != ABSTAIN and first["crag"]["failure"] is None
+
+        import pgserver
+
+        pid = pgserver.get_server(folder).get_pid()
+        assert pid
+        os.kill(pid, signal.SIGINT)  # fast shutdown: every connection is cut
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.2)
+
+        resp = client.post(f"/threads/{tid}/runs/wait", json=body)
+        assert resp.status_code == 200
+        assert_abstention(resp.json(), "the run failed", "took longer than")
+        stream_body = {**body, "stream_mode": ["values", "updates"]}
+        with client.stream("POST", f"/threads/{tid}/runs/stream", json=stream_body) as streamed:
+            events = list(sse_events(streamed))
+        assert "error" not in [e for e, _ in events]
+        assert_abstention([d for e, d in events if e == "values"][-1], "the run failed", "took longer than")
+
+        assert client.get("/ok").json() == {"ok": True}  # the worker keeps serving
+        fresh = client.post("/runs/wait", json=body).json()
+        assert fresh["answer"] == first["answer"] and fresh["crag"]["failure"] is None
+    assert PASSWORD not in caplog.text
+
+
+def test_a_run_over_the_time_limit_abstains_and_the_stream_closes(local_graph: Any, tmp_path: Path) -> None:
+    from starlette.testclient import TestClient
+
+    app = in_process_app(local_graph, str(tmp_path / "threads.sqlite"), run_timeout_s=0.01)
+    body = {"assistant_id": "crag", "input": {"question": QUESTIONS[0]}}
+    with TestClient(app) as client:
+        assert_abstention(client.post("/runs/wait", json=body).json(), "took longer than 0.01 s")
+        with client.stream("POST", "/runs/stream", json={**body, "stream_mode": "values"}) as streamed:
+            events = list(sse_events(streamed))
+        assert events[0][0] == "metadata" and "error" not in [e for e, _ in events]
+        assert_abstention(events[-1][1], "took longer than")
+        tid = client.post("/threads", json={}).json()["thread_id"]
+        assert_abstention(client.post(f"/threads/{tid}/runs/wait", json=body).json(), "took longer than")
