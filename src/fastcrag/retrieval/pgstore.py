@@ -22,7 +22,6 @@ killed first build makes the index). Every error names the store by its URL with
 from __future__ import annotations
 
 import re
-import threading
 import uuid
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -192,7 +191,9 @@ def ensure_schema(conn: psycopg.Connection[Any], url: str) -> None:
     psycopg = _psycopg()
     shown = redact_url(url)
     try:
-        if _schema_version(conn) == SCHEMA_VERSION and _has_vector(conn):
+        found = _schema_version(conn)
+        _refuse_newer(found or 0, shown)  # before any DDL: a read-only role gets this error, not a permission one
+        if found == SCHEMA_VERSION and _has_vector(conn):
             return
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
@@ -391,7 +392,6 @@ class PgStore(VectorStore):
         )
         self._pool.open(wait=False)
         self._finalizer = weakref.finalize(self, self._pool.close)
-        self._lock = threading.Lock()
 
     @property
     def embeddings(self) -> Embeddings:
