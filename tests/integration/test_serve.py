@@ -33,6 +33,29 @@ KEY = "test-key-4f1c9e7a2b"
 PASSWORD = "pw-never-echo-91d3"
 WORKERS = 2
 ABSTAIN = "I don't know."
+#: Questions asked nowhere else in this module: neither side has them in its grader or embedder caches.
+FRESH_QUESTIONS = [
+    "What does the pass statement do?",
+    "How does the break statement work?",
+    "What does the continue statement do?",
+    "What does the raise statement do?",
+    "How does the while statement work?",
+    "How does the if statement choose a suite?",
+    "How are comparisons chained?",
+    "How is a conditional expression evaluated?",
+    "What is a starred expression?",
+    "What is an augmented assignment statement?",
+    "What does the type statement define?",
+    "How does the match statement work?",
+    "How are keyword arguments matched in a call?",
+    "When are default parameter values evaluated?",
+    "What is a coroutine function?",
+    "What does the async with statement do?",
+    "How is an attribute reference evaluated?",
+    "What does the in operator test?",
+    "What is a set display?",
+    "How does a dictionary display work?",
+]
 
 
 def with_password(url: str, password: str = PASSWORD) -> str:
@@ -382,23 +405,21 @@ def test_load_200_runs_from_20_clients(
     assert not re.search(r"^fastcrag_run_failures_total\{[^}]*\} [1-9]", metrics, re.M)
 
 
-def test_runs_wait_p50_against_in_process(
-    served: Served, local_graph: Any, reference: dict[str, list[str]], capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_runs_wait_p50_against_in_process(served: Served, local_graph: Any, capsys: pytest.CaptureFixture[str]) -> None:
     served_ms, local_ms = [], []
-    for q in QUESTIONS:  # interleaved, so that both see the same machine load
+    for q in FRESH_QUESTIONS:  # interleaved, so that both see the same machine load; first sight on both sides
         t = time.perf_counter()
         out = served.wait(q)
         served_ms.append((time.perf_counter() - t) * 1000)
         t = time.perf_counter()
         local = local_graph.invoke({"question": q})
         local_ms.append((time.perf_counter() - t) * 1000)
-        assert chunk_ids(out) == chunk_ids(local) == reference[q]
+        assert chunk_ids(out) == chunk_ids(local)
     p50_served, p50_local = statistics.median(served_ms), statistics.median(local_ms)
     report(
         capsys,
         f"/runs/wait P50 through fastcrag serve {p50_served:.0f} ms vs in-process P50 {p50_local:.0f} ms over "
-        f"{len(QUESTIONS)} questions: overhead {p50_served - p50_local:+.0f} ms (target <= +100 ms)",
+        f"{len(FRESH_QUESTIONS)} fresh questions: overhead {p50_served - p50_local:+.0f} ms (target <= +100 ms)",
     )
     assert p50_served <= p50_local + 500  # loose: the machine is shared and noisy
 

@@ -114,6 +114,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if code:
             return code
 
+    # K workers share the cores: one ONNX Runtime pool per worker sized to its share, unless set explicitly.
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    os.environ.setdefault("FASTRAG_ORT_THREADS", str(max(1, cores // args.workers)))
+
     metrics_dir = tempfile.mkdtemp(prefix="fastcrag-metrics-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir  # before any worker imports prometheus_client
     try:
