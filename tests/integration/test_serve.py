@@ -452,6 +452,8 @@ def test_non_loopback_bind_without_key_refuses_to_start() -> None:
         assert done.returncode == 2, done.stderr
         lines = [line for line in done.stderr.splitlines() if line.strip()]
         assert len(lines) == 1 and "FASTRAG_API_KEY" in lines[0] and "Traceback" not in done.stderr
+    weak = run_cli(serve_env(FASTRAG_API_KEY="short"), "--host", "0.0.0.0", "--port", str(free_port()))
+    assert weak.returncode == 2 and "at least 16 characters" in weak.stderr and "short" not in weak.stderr.lower()
 
 
 def test_unreachable_checkpoints_refuse_to_start_without_the_password() -> None:

@@ -121,6 +121,16 @@ class Service:
             text = text.replace(secret, "***")
         return redact_url(text)
 
+    def scrub(self, body: bytes) -> bytes:
+        """A serialized run output with the configured secrets replaced (node failures quote their exceptions).
+
+        Secrets shorter than 8 characters are left alone here: replacing them would corrupt ordinary answers.
+        """
+        for secret in self.secrets:
+            if len(secret) >= 8:
+                body = body.replace(secret.encode(), b"***")
+        return body
+
     def reason(self, exc: BaseException) -> str:
         """One redacted line naming an exception."""
         first = (str(exc).strip().splitlines() or [""])[0][:300]
@@ -729,12 +739,13 @@ async def run_wait(request: Request) -> Response:
         output = failure_output(service, plan, _failure(service, plan, exc).reason)
     else:
         await _touch(service, plan)
-    return OrjsonResponse(output)
+    return Response(service.scrub(dumps(output)), media_type="application/json")
 
 
-def sse(event: str, data: Any) -> bytes:
-    """One server-sent event."""
-    return b"event: " + event.encode() + b"\ndata: " + dumps(data) + b"\n\n"
+def sse(event: str, data: Any, service: Service | None = None) -> bytes:
+    """One server-sent event (its data scrubbed of secrets when `service` is given)."""
+    body = dumps(data) if service is None else service.scrub(dumps(data))
+    return b"event: " + event.encode() + b"\ndata: " + body + b"\n\n"
 
 
 async def _produce(graph: Any, plan: RunPlan, queue: asyncio.Queue[Any]) -> None:
@@ -769,15 +780,12 @@ async def _events(service: Service, plan: RunPlan, failed: BaseException | None)
             if isinstance(item, BaseException):
                 output = failure_output(service, plan, _failure(service, plan, item).reason)
                 if "values" in plan.stream_modes:
-                    yield sse("values", output)
+                    yield sse("values", output, service)
                 if "updates" in plan.stream_modes:
-                    yield sse("updates", {"abstain": output})
+                    yield sse("updates", {"abstain": output}, service)
                 return
             mode, chunk = item
-            if mode == "messages":
-                yield sse("messages", list(chunk))
-            else:
-                yield sse(mode, chunk)
+            yield sse(mode, list(chunk) if mode == "messages" else chunk, service)
     finally:
         if not producer.done():
             producer.cancel()

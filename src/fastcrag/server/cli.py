@@ -100,6 +100,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         return _refuse(f"invalid setting: {problems}")
     key = settings.api_key.get_secret_value() if settings.api_key is not None else ""
+    if key and len(key) < 16:
+        return _refuse("FASTRAG_API_KEY must be at least 16 characters (e.g. `openssl rand -hex 24`)")
     if not key and not is_loopback(args.host):
         return _refuse(
             f"refusing to serve on {args.host} without FASTRAG_API_KEY: set a key, or bind 127.0.0.1 (the default)"
