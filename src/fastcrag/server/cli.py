@@ -106,6 +106,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return _refuse(
             f"refusing to serve on {args.host} without FASTRAG_API_KEY: set a key, or bind 127.0.0.1 (the default)"
         )
+    from fastcrag.config.settings import is_postgres_url
+
+    if args.workers > 1 and not is_postgres_url(settings.checkpoints):
+        print(
+            f"fastcrag: warning: {args.workers} workers share one SQLite checkpoint file (writes take turns); "
+            "set FASTRAG_CHECKPOINTS to a Postgres URL for production",
+            file=sys.stderr,
+        )
     try:
         asyncio.run(_probe_checkpoints(settings))
     except CheckpointsError as exc:

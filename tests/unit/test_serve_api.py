@@ -1,0 +1,155 @@
+"""`fastcrag serve`'s app over a scripted graph (no models): auth, limits, validation, threads, failures."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+import pytest
+from langgraph.checkpoint.memory import InMemorySaver
+from starlette.testclient import TestClient
+
+from fastcrag import build_graph
+from fastcrag.config.settings import Settings
+from fastcrag.server.api import ASSISTANT_ID, Server, ServeSettings, Service, _secrets
+from fastcrag.server.cli import is_loopback
+from fastcrag.server.threads import SqliteThreadRecords
+
+from fakes import CALIBRATION, FakeChat, ListRetriever, ScriptedReranker, doc
+
+KEY = "unit-test-key-0123456789"
+SECRET_URL = "postgresql://app:s3cret-password@db.internal/fastcrag"
+GOOD = "The Eiffel Tower is in Paris. It was completed in 1889 for the World's Fair."
+
+
+class FailingSaver(InMemorySaver):
+    """A checkpointer whose database went away: every write raises with the URL in the message."""
+
+    async def aput(self, *args: Any, **kwargs: Any) -> Any:
+        raise ConnectionError(f"connection to {SECRET_URL} lost")
+
+
+def make_client(tmp_path: Path, *, key: str | None = KEY, saver: Any = None, timeout_s: float = 30.0) -> TestClient:
+    reranker = ScriptedReranker({"Eiffel": 0.95})
+    parts: dict[str, Any] = {
+        "retriever": ListRetriever(docs=[doc(GOOD, "c1")]),
+        "reranker": reranker,
+        "llm": FakeChat(),
+        "calibration": CALIBRATION,
+    }
+    settings = Settings(checkpoints=SECRET_URL, api_key=key)
+
+    async def start(stack: AsyncExitStack) -> Service:
+        conn = await aiosqlite.connect(str(tmp_path / "threads.sqlite"))
+        stack.push_async_callback(conn.close)
+        threads = SqliteThreadRecords(conn, asyncio.Lock())
+        await threads.setup()
+        checkpointer = saver if saver is not None else InMemorySaver()
+        graph = build_graph(checkpointer=checkpointer, settings=settings, **parts)
+        stateless = build_graph(settings=settings, **parts)
+        limits = ServeSettings(run_timeout_s=timeout_s)
+        return Service(graph, stateless, checkpointer, threads, settings, limits, _secrets(settings))
+
+    client = TestClient(Server(start, key), raise_server_exceptions=False)
+    client.reranker = reranker  # type: ignore[attr-defined]
+    return client
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[TestClient]:
+    with make_client(tmp_path) as c:
+        c.headers["Authorization"] = f"Bearer {KEY}"
+        yield c
+
+
+RUN = {"assistant_id": "crag", "input": {"question": "Where is the Eiffel Tower?"}}
+
+
+def test_key_is_required_everywhere_but_ok_and_the_console(client: TestClient) -> None:
+    anonymous = {"Authorization": ""}
+    for headers in (anonymous, {"Authorization": "Bearer nope"}, {"Authorization": KEY}):
+        assert client.post("/runs/wait", json=RUN, headers=headers).status_code == 401
+        assert client.get("/metrics", headers=headers).status_code == 401
+        assert client.get(f"/assistants/{ASSISTANT_ID}", headers=headers).status_code == 401
+    assert client.post("/runs/wait", json=RUN, headers={"Authorization": "", "x-api-key": KEY}).status_code == 200
+    assert client.get("/ok", headers=anonymous).json() == {"ok": True}
+    assert client.get("/console", headers=anonymous).status_code == 200
+    assert client.get("/console/console.js", headers=anonymous).status_code == 200
+    assert client.reranker.calls == [(RUN["input"]["question"], [GOOD])]  # type: ignore[attr-defined]  # one run
+
+
+def test_runs_answer_and_validate(client: TestClient) -> None:
+    out = client.post("/runs/wait", json=RUN).json()
+    assert out["citations"][0]["chunk_id"] == "c1" and out["crag"]["action"] == "generate"
+    assert client.post("/runs/wait", json={**RUN, "assistant_id": ASSISTANT_ID}).status_code == 200
+    assert client.post("/runs/wait", json={**RUN, "assistant_id": "other"}).status_code == 404
+    assert client.post("/runs/wait", json={**RUN, "input": {"query": "x"}}).status_code == 422
+    assert client.post("/runs/wait", json={**RUN, "context": {"top_n": "many"}}).status_code == 422
+    assert client.post("/runs/wait", json={**RUN, "context": {"nope": 1}}).status_code == 422
+    assert client.post("/runs/wait", json={**RUN, "command": {"resume": 1}}).status_code == 422
+    assert client.post("/runs/wait", content=b"[1, 2]").status_code == 422
+    assert client.post("/runs/wait", content=b"{not json").status_code == 422
+    big = {**RUN, "input": {"question": "x" * 70_000}}
+    assert client.post("/runs/wait", json=big).status_code == 413
+    tuned = client.post("/runs/wait", json={**RUN, "context": {"crag_enabled": False}}).json()
+    assert tuned["crag"]["action"] == "disabled"
+
+
+def test_threads_keep_history_and_unknown_threads_are_404(client: TestClient) -> None:
+    assert client.post("/threads/nope/runs/wait", json=RUN).status_code == 404
+    assert client.post("/threads/new-one/runs/wait", json={**RUN, "if_not_exists": "create"}).status_code == 200
+    tid = client.post("/threads", json={"metadata": {"a": 1}}).json()["thread_id"]
+    assert client.post("/threads", json={"thread_id": tid}).status_code == 409
+    assert client.post("/threads", json={"thread_id": tid, "if_exists": "do_nothing"}).json()["metadata"] == {"a": 1}
+    turn = {**RUN, "input": {"messages": [{"role": "user", "content": "Where is the Eiffel Tower?"}]}}
+    client.post(f"/threads/{tid}/runs/wait", json=turn)
+    second = client.post(f"/threads/{tid}/runs/wait", json=turn).json()
+    assert [m["type"] for m in second["messages"]] == ["human", "ai", "human", "ai"]
+    state = client.get(f"/threads/{tid}/state").json()
+    assert len(state["values"]["messages"]) == 4 and state["checkpoint"]["checkpoint_id"]
+    at = client.post(f"/threads/{tid}/state/checkpoint", json={"checkpoint": state["parent_checkpoint"]}).json()
+    assert at["checkpoint"]["checkpoint_id"] == state["parent_checkpoint"]["checkpoint_id"]
+    assert client.get("/threads/bad%20id/state").status_code == 422
+
+
+def test_stream_sends_metadata_then_graph_events(client: TestClient) -> None:
+    with client.stream("POST", "/runs/stream", json={**RUN, "stream_mode": ["updates", "values"]}) as resp:
+        lines = [line for line in resp.iter_lines() if line.startswith("event:")]
+    events = [line.removeprefix("event: ") for line in lines]
+    assert events[0] == "metadata" and "updates" in events and events[-1] == "values"
+
+
+def test_a_failing_checkpointer_abstains_without_the_password(tmp_path: Path) -> None:
+    with make_client(tmp_path, saver=FailingSaver()) as client:
+        client.headers["Authorization"] = f"Bearer {KEY}"
+        tid = client.post("/threads", json={}).json()["thread_id"]
+        resp = client.post(f"/threads/{tid}/runs/wait", json=RUN)
+        assert resp.status_code == 200
+        out = resp.json()
+        assert out["answer"] == "I don't know." and out["citations"] == [] and out["crag"]["action"] == "abstain"
+        assert out["crag"]["failure"].startswith("the run failed: ConnectionError")
+        assert "s3cret-password" not in resp.text and "***" in out["crag"]["failure"]
+        assert client.post("/runs/wait", json=RUN).json()["crag"]["action"] == "generate"  # still serving
+        metrics = client.get("/metrics").text
+        assert 'fastcrag_run_failures_total{reason="error"}' in metrics and "s3cret" not in metrics
+
+
+def test_a_slow_run_abstains_at_the_time_limit(tmp_path: Path) -> None:
+    with make_client(tmp_path, key=None, timeout_s=0.2) as client:
+        client.reranker.behaviour = lambda out: (time.sleep(1.0), out)[1]  # type: ignore[attr-defined]
+        out = client.post("/runs/wait", json=RUN).json()
+        assert out["crag"]["action"] == "abstain" and "took longer than 0.2 s" in out["crag"]["failure"]
+        with client.stream("POST", "/runs/stream", json=RUN) as resp:
+            data = [json.loads(line[5:]) for line in resp.iter_lines() if line.startswith("data:")]
+        assert data[-1]["crag"]["action"] == "abstain"
+
+
+def test_loopback_detection() -> None:
+    assert all(is_loopback(h) for h in ("127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost"))
+    assert not any(is_loopback(h) for h in ("0.0.0.0", "::", "10.0.0.5", "example.com"))
