@@ -25,6 +25,11 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FASTRAG_", extra="ignore")
 
     index_dir: Path | None = Field(None, description="Index folder; the embedded Python-reference index when unset.")
+    embedder: str = Field(
+        "",
+        description="Embedder: `onnx-int8` (the packaged int8 export; the default when installed), "
+        "`sentence-transformers` (fp32), or a model folder. Indexes record it and refuse another.",
+    )
     store: str = Field(
         "",
         description="A Postgres URL (postgresql://...) to retrieve from Postgres + pgvector; the FAISS folder "

