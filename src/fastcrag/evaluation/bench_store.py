@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import hashlib
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -127,9 +129,22 @@ def real_vectors(data_root: Path, fit: int, queries: int, seed: int) -> tuple[np
     fit_texts, query_texts, origin = _texts(data_root, fit, queries, seed)
     embedder = default_embeddings()
     name = str(getattr(embedder, "name", type(embedder).__name__))
+    described = f"{name} embeddings of {len(fit_texts)} texts from {origin}"
+    # embedding the sample takes minutes on a small CPU: keep it, keyed by the embedder and the exact texts
+    from platformdirs import user_cache_dir
+
+    key = hashlib.sha256("\0".join([name, *fit_texts, "\1", *query_texts]).encode()).hexdigest()[:24]
+    cached = Path(user_cache_dir("fastcrag")) / "bench-store" / f"{key}.npz"
+    if cached.exists():
+        with np.load(cached, allow_pickle=False) as data:
+            return data["sample"], data["queries"], described
     sample = encode(embedder, fit_texts)
     asked = encode(embedder, query_texts)
-    return sample, asked, f"{name} embeddings of {len(fit_texts)} texts from {origin}"
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    staging = cached.with_suffix(".tmp.npz")
+    np.savez(staging, sample=sample, queries=asked)
+    os.replace(staging, cached)
+    return sample, asked, described
 
 
 def synthetic_vectors(sample: np.ndarray, n: int, seed: int, chunk: int = 100_000) -> np.ndarray:
