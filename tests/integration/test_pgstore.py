@@ -319,3 +319,19 @@ def test_first_build_defers_the_hnsw_index_and_a_killed_one_is_repaired(db: str)
         assert store.similarity_search("borrow checker ownership rules", k=1)[0].metadata["source"] == "rust.md"
     _build(db, DOCS)  # nothing changed, but the next run completes the index
     assert has_index()
+
+
+def test_components_pick_the_postgres_store_from_settings(db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import fastcrag.retrieval.embeddings as embeddings
+    from fastcrag.components import Components
+
+    monkeypatch.setattr(embeddings, "default_embeddings", HashEmbeddings)
+    _build(db, DOCS, "docs")
+    retriever = Components(settings=Settings(store=db, collection="docs", retrieval="hybrid")).retriever()
+    assert isinstance(retriever, HybridRetriever) and isinstance(retriever.store, PgStore)
+    docs, route = retriever.search("What does the borrow checker enforce?")
+    assert route == "hybrid" and docs[0].metadata["source"] == "rust.md"
+    retriever.store.close()
+    with pytest.raises(PgStoreError, match="no collection 'missing'") as missing:
+        Components(settings=Settings(store=db, collection="missing")).retriever()
+    assert PASSWORD not in str(missing.value)
