@@ -57,7 +57,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
-from pydantic import Field, ValidationError
+from pydantic import Field, TypeAdapter, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -78,6 +78,7 @@ ASSISTANT_ID = str(uuid.uuid5(uuid.UUID("6ba7b821-9dad-11d1-80b4-00c04fd430c8"),
 #: sends the key with each API call it makes).
 OPEN_PATHS = frozenset({"/ok", "/console", "/console/", *(f"/console/{name}" for name in console_app.ASSETS)})
 THREAD_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$")
+CONTEXT: TypeAdapter[Context] = TypeAdapter(Context)
 STREAM_MODES = {"values": "values", "updates": "updates", "custom": "custom", "debug": "debug"}
 STREAM_MODES |= {"messages": "messages", "messages-tuple": "messages"}
 
@@ -583,10 +584,8 @@ def _context(value: Any) -> Context:
     unknown = sorted(set(value) - known)
     if unknown:
         raise HTTPException(422, f"unknown context keys {unknown}; known: {sorted(known)}")
-    from pydantic import TypeAdapter
-
     try:
-        return TypeAdapter(Context).validate_python(value)
+        return CONTEXT.validate_python(value)
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         raise HTTPException(422, f"invalid context: {problems}") from None
