@@ -33,10 +33,10 @@ Why not the stock LangGraph server (`langgraph-api`) for production: `langgraph 
 in-memory runtime, whose queue is polled every 0.5 s) stays the Studio path. Its Postgres runtime on PyPI,
 `langgraph-runtime-pg` 0.11.1.post1 (MIT), pins `langgraph-api==0.11.1` and `langgraph-checkpoint-postgres==3.1.0`,
 which conflict with the langgraph-api 0.16.x (via `langgraph-cli[inmem]`) and checkpoint-postgres 3.2 that fastcrag
-ships, and it also needs Redis. langgraph-api itself is licensed Elastic-2.0 (`pip show langgraph-api`), which
-forbids offering it to third parties as a managed service. A thin app over the compiled graph and the shared
-checkpointer needs neither, keeps runs synchronous to the request (no queue polling on the latency path), and keeps
-the wire format the SDK and RemoteGraph expect.
+ships, and it depends on Redis (`redis>=5.0`) beside Postgres. langgraph-api itself is licensed Elastic-2.0
+(`pip show langgraph-api`), which forbids offering it to third parties as a managed service. A thin app over the
+compiled graph and the shared checkpointer needs neither, keeps runs synchronous to the request (no queue polling on
+the latency path), and keeps the wire format the SDK and RemoteGraph expect.
 """
 
 from __future__ import annotations
