@@ -14,6 +14,9 @@ from typing import Any
 
 from fastcrag.config.settings import Settings, is_postgres_url, redact_url
 
+#: How long a run waits for a pooled connection: while Postgres is down, runs abstain after this, not psycopg's 30 s.
+POOL_WAIT_S = 5.0
+
 
 class CheckpointsError(RuntimeError):
     """The configured checkpoint store cannot be opened (the message names it, without any password)."""
@@ -69,7 +72,7 @@ async def _postgres(url: str, pool_size: int) -> AsyncIterator[Any]:
         from psycopg.rows import dict_row
         from psycopg_pool import AsyncConnectionPool
     except ImportError as exc:
-        raise CheckpointsError("Postgres checkpoints need the `postgres` extra: pip install 'fastcrag[postgres]'") from exc
+        raise CheckpointsError("Postgres checkpoints need the extra: pip install 'fastcrag[postgres]'") from exc
     url = url.replace("postgresql+psycopg://", "postgresql://")
     try:  # one plain connection first: a wrong URL fails fast, with the driver's reason
         conn = await psycopg.AsyncConnection.connect(url, connect_timeout=10)
@@ -81,6 +84,7 @@ async def _postgres(url: str, pool_size: int) -> AsyncIterator[Any]:
         min_size=1,
         max_size=pool_size,
         open=False,
+        timeout=POOL_WAIT_S,
         kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
     )
     try:

@@ -47,8 +47,8 @@ class Embedder(Embeddings):
         """Embed one query."""
         return self.encode([text])[0].tolist()  # type: ignore[no-any-return]
 
-    def encode(self, texts: list[str]) -> Any:
-        """Embed texts into a float32 array of unit vectors, one row per text."""
+    def encode(self, texts: Sequence[str], show_progress_bar: bool = False) -> Any:
+        """Embed texts into a float32 array of unit vectors, one row per text (a progress bar on stderr if asked)."""
         raise NotImplementedError
 
     @property
@@ -89,7 +89,7 @@ class SentenceTransformerEmbeddings(Embedder):
         """The model's tokenizer (used to chunk by tokens)."""
         return self.model.tokenizer
 
-    def encode(self, texts: list[str], show_progress_bar: bool = False) -> Any:
+    def encode(self, texts: Sequence[str], show_progress_bar: bool = False) -> Any:
         """Embed texts into a float32 array of unit vectors."""
         import numpy as np
 
@@ -167,9 +167,10 @@ class OnnxEmbeddings(Embedder):
             self._load()
         return self._tokenizer
 
-    def encode(self, texts: Sequence[str]) -> Any:  # type: ignore[override]
+    def encode(self, texts: Sequence[str], show_progress_bar: bool = False) -> Any:
         """Embed texts into a float32 array of unit vectors, one row per text, in the given order."""
         import numpy as np
+        from tqdm import tqdm
 
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
@@ -178,7 +179,7 @@ class OnnxEmbeddings(Embedder):
         lengths = [len(t) for t in texts]
         order = sorted(range(len(texts)), key=lambda i: lengths[i])
         out = np.empty((len(texts), self.dimension), dtype=np.float32)
-        for s in range(0, len(order), self.batch_size):
+        for s in tqdm(range(0, len(order), self.batch_size), disable=not show_progress_bar, unit="batch"):
             rows = order[s : s + self.batch_size]
             encs = self._tokenizer.encode_batch([texts[i] for i in rows])
             ids = np.asarray([e.ids for e in encs], dtype=np.int64)

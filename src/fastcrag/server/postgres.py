@@ -35,7 +35,8 @@ def start_local_postgres(folder: str | Path, database: str = "fastcrag", *, keep
     folder = Path(folder).expanduser().resolve()
     folder.mkdir(parents=True, exist_ok=True)
     try:
-        server: Any = pgserver.get_server(folder, cleanup_mode=None if keep_running else "stop")
+        get_server: Any = getattr(pgserver, "get_server")
+        server: Any = get_server(folder, cleanup_mode=None if keep_running else "stop")
         exists = server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{_ident(database)}';")
         if "(1 row)" not in exists:
             server.psql(f'CREATE DATABASE "{_ident(database)}";')
