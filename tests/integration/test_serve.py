@@ -563,3 +563,19 @@ def test_a_run_over_the_time_limit_abstains_and_the_stream_closes(local_graph: A
         assert_abstention(events[-1][1], "took longer than")
         tid = client.post("/threads", json={}).json()["thread_id"]
         assert_abstention(client.post(f"/threads/{tid}/runs/wait", json=body).json(), "took longer than")
+
+
+def test_local_stack_one_command_serves_from_the_bundled_postgres(tmp_path: Path) -> None:
+    """docs/DEPLOY.md's one command: bundled Postgres for store and checkpoints, embedded corpus indexed into it."""
+    env = serve_env()
+    env.pop("FASTRAG_STORE", None)
+    with run_serve(tmp_path, env, "--local-postgres", str(tmp_path / "pg")) as s:
+        log = s.log_text()
+        assert "local Postgres store, collection 'default': " in log
+        assert "checkpoints postgres postgresql://" in log
+        thread = s.post("/threads", json={}).json()["thread_id"]
+        out = s.wait("How does the with statement work?", thread_id=thread)
+        assert out["crag"]["action"] != "abstain", out["crag"]
+        assert out["citations"] and all(c["source"].startswith("pydoc:") for c in out["citations"])
+        state = s.get(f"/threads/{thread}/state").json()
+        assert state["values"]["question"] == "How does the with statement work?"

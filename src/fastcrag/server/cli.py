@@ -91,6 +91,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if args.run_timeout <= 0:
             return _refuse("--run-timeout must be positive")
         os.environ["FASTRAG_RUN_TIMEOUT_S"] = str(args.run_timeout)
+    local_url = ""
+    if args.local_postgres:
+        from fastcrag.server.postgres import LocalPostgresError, start_local_postgres
+
+        try:
+            local_url = start_local_postgres(args.local_postgres, "fastcrag")
+        except LocalPostgresError as exc:
+            return _refuse(str(exc))
+        os.environ.setdefault("FASTRAG_STORE", local_url)
+        os.environ.setdefault("FASTRAG_CHECKPOINTS", local_url)
     try:
         settings = Settings()
         from fastcrag.server.api import ServeSettings
@@ -123,6 +133,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         code = _prepare_default_index(settings.chunk_tokens, settings.chunk_overlap)
         if code:
             return code
+    if local_url and settings.store == local_url:
+        code = _index_embedded_corpus(settings)
+        if code:
+            return code
 
     # K workers share the cores: one ONNX Runtime pool per worker sized to its share, unless set explicitly.
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -134,6 +148,35 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return _run(args)
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _index_embedded_corpus(settings: Any) -> int:
+    """Bring the local Postgres store's collection up to date with the embedded corpus; 2 when that fails.
+
+    Incremental: after the first start only unchanged-document lookups run.
+    """
+    from fastcrag.retrieval.embeddings import default_embeddings
+    from fastcrag.retrieval.loaders import python_reference
+    from fastcrag.retrieval.pgstore import build_pg_index
+
+    try:
+        report = build_pg_index(
+            python_reference(),
+            settings.store,
+            default_embeddings(),
+            settings.collection,
+            chunk_tokens=settings.chunk_tokens,
+            chunk_overlap=settings.chunk_overlap,
+            progress=False,
+        )
+    except Exception as exc:
+        return _refuse(f"indexing the embedded corpus into the local Postgres failed: {type(exc).__name__}: {exc}")
+    print(
+        f"fastcrag: local Postgres store, collection {settings.collection!r}: {report.chunks_total} chunks "
+        f"({report.documents_added} documents added)",
+        file=sys.stderr,
+    )
+    return 0
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -182,4 +225,12 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
         "--run-timeout", type=float, help="seconds a run may take before it abstains (FASTRAG_RUN_TIMEOUT_S, 300)"
     )
     s.add_argument("--no-access-log", action="store_true", help="do not log one line per request")
+    s.add_argument(
+        "--local-postgres",
+        metavar="DIR",
+        default="",
+        help="the whole stack on this machine: start the bundled Postgres + pgvector in DIR (as an unprivileged "
+        "user), use it for the store and checkpoints unless FASTRAG_STORE / FASTRAG_CHECKPOINTS are set, and index "
+        "the embedded corpus into it",
+    )
     s.set_defaults(func=cmd_serve)
