@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -12,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from fastcrag.grading.reader import Span, span_margins
+from fastcrag.ortsession import cpu_session, ort_threads, padded_tokenizer
 
 DEFAULT_MAX_LENGTH = 256
 
@@ -57,8 +57,7 @@ class OnnxCrossEncoderReranker:
         self.name = str(meta.get("name", self.path.name))
         self.max_length = int(max_length or meta.get("max_length", DEFAULT_MAX_LENGTH))
         self.batch_size = batch_size
-        env_threads = os.environ.get("FASTRAG_ORT_THREADS", "")
-        self.threads = threads if threads is not None else (int(env_threads) if env_threads.isdigit() else None)
+        self.threads = ort_threads(threads)
         self.model_file = model_file
         self.cache_size = cache_size
         self.grade: dict[str, float] | None = meta.get("grade")
@@ -73,20 +72,8 @@ class OnnxCrossEncoderReranker:
         with self._lock:
             if self._session is not None:
                 return
-            import onnxruntime as ort
-            from tokenizers import Tokenizer
-
-            opts = ort.SessionOptions()
-            opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-            if self.threads:
-                opts.intra_op_num_threads = self.threads
-                opts.inter_op_num_threads = 1
-            session = ort.InferenceSession(
-                str(self.path / self.model_file), sess_options=opts, providers=["CPUExecutionProvider"]
-            )
-            tok = Tokenizer.from_file(str(self.path / "tokenizer.json"))
-            tok.enable_truncation(max_length=self.max_length, strategy="longest_first")
-            tok.enable_padding(pad_id=tok.token_to_id("[PAD]") or 0, pad_token="[PAD]")
+            session = cpu_session(self.path / self.model_file, self.threads)
+            tok = padded_tokenizer(self.path / "tokenizer.json", self.max_length)
             self._input_names = [i.name for i in session.get_inputs()]
             self._tokenizer = tok
             self._session = session

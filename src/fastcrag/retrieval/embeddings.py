@@ -17,6 +17,8 @@ from typing import Any
 
 from langchain_core.embeddings import Embeddings
 
+from fastcrag.ortsession import cpu_session, ort_threads, padded_tokenizer
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
@@ -134,8 +136,7 @@ class OnnxEmbeddings(Embedder):
         self._dimension = int(meta["dimension"])
         self.max_length = int(meta.get("max_length", MAX_TOKENS))
         self.batch_size = batch_size
-        env_threads = os.environ.get("FASTRAG_ORT_THREADS", "")
-        self.threads = threads if threads is not None else (int(env_threads) if env_threads.isdigit() else None)
+        self.threads = ort_threads(threads)
         self._session: Any = None
         self._tokenizer: Any = None
         self._lock = threading.Lock()
@@ -144,21 +145,8 @@ class OnnxEmbeddings(Embedder):
         with self._lock:
             if self._session is not None:
                 return
-            import onnxruntime as ort
-            from tokenizers import Tokenizer
-
-            opts = ort.SessionOptions()
-            opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-            if self.threads:
-                opts.intra_op_num_threads = self.threads
-                opts.inter_op_num_threads = 1
-            tok = Tokenizer.from_file(str(self.path / "tokenizer.json"))
-            tok.enable_truncation(max_length=self.max_length)
-            tok.enable_padding(pad_id=tok.token_to_id("[PAD]") or 0, pad_token="[PAD]")
-            self._tokenizer = tok
-            self._session = ort.InferenceSession(
-                str(self.path / "model.onnx"), sess_options=opts, providers=["CPUExecutionProvider"]
-            )
+            self._tokenizer = padded_tokenizer(self.path / "tokenizer.json", self.max_length)
+            self._session = cpu_session(self.path / "model.onnx", self.threads)
 
     @property
     def tokenizer(self) -> Any:
