@@ -123,3 +123,16 @@ def test_caching_wrapper_keeps_the_reader() -> None:
     assert span is not None and span.text == "Rollo"
     plain = CachingReranker(ScriptedReranker({}))
     assert not is_reader(plain) and plain.read("Who?", ["x"]) == [None]
+
+
+def test_length_batches_sort_by_length_and_bound_padding() -> None:
+    from fastcrag.grading.onnx_grader import length_batches
+
+    lengths = [5, 50, 48, 120, 118, 10, 9]
+    batches = length_batches(lengths, max_batch=32)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    for b in batches:
+        width = max(lengths[i] for i in b)
+        assert width * len(b) <= 1.15 * sum(lengths[i] for i in b) + 1e-9 or len(b) == 1
+    assert [len(b) for b in length_batches([7] * 10, max_batch=4)] == [4, 4, 2]
+    assert length_batches([], max_batch=4) == []

@@ -20,6 +20,28 @@ def _sigmoid(x: float) -> float:
     return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
 
 
+def length_batches(lengths: Sequence[int], max_batch: int, slack: float = 0.15) -> list[list[int]]:
+    """Indices sorted by length, cut into batches of at most `max_batch` whose padding stays within `slack`.
+
+    A batch is padded to its longest member; it is closed when taking the next (longer) item would make the padded
+    size exceed the real token count by more than `slack`, or when it is full.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    batches: list[list[int]] = []
+    current: list[int] = []
+    tokens = 0
+    for i in order:
+        width = lengths[i]  # the longest so far: items arrive in increasing length
+        if current and (len(current) >= max_batch or width * (len(current) + 1) > (1 + slack) * (tokens + width)):
+            batches.append(current)
+            current, tokens = [], 0
+        current.append(i)
+        tokens += lengths[i]
+    if current:
+        batches.append(current)
+    return batches
+
+
 class OnnxCrossEncoderReranker:
     """A cross-encoder grader exported to ONNX, served by ONNX Runtime on the CPU.
 
@@ -74,42 +96,50 @@ class OnnxCrossEncoderReranker:
                 return
             session = cpu_session(self.path / self.model_file, self.threads)
             tok = padded_tokenizer(self.path / "tokenizer.json", self.max_length)
+            tok.no_padding()  # `_run` pads each length-sorted batch to its own width
             self._input_names = [i.name for i in session.get_inputs()]
             self._tokenizer = tok
             self._session = session
 
     def _run(self, query: str, texts: Sequence[str]) -> list[tuple[float, Span | None]]:
-        """One forward pass per batch: (grade logit, best span) of each text."""
+        """(grade logit, best span) of each text, in the given order.
+
+        The pairs are tokenised once, sorted by length and cut into batches that pad little (`length_batches`),
+        so a batch of short strips never pays for the longest chunk's width.
+        """
         import numpy as np
 
         if self._session is None:
             self._load()
-        out: list[tuple[float, Span | None]] = []
-        for s in range(0, len(texts), self.batch_size):
-            chunk = texts[s : s + self.batch_size]
-            encs = self._tokenizer.encode_batch([(query, t) for t in chunk])
-            feeds = {
-                "input_ids": np.asarray([e.ids for e in encs], dtype=np.int64),
-                "attention_mask": np.asarray([e.attention_mask for e in encs], dtype=np.int64),
-                "token_type_ids": np.asarray([e.type_ids for e in encs], dtype=np.int64),
-            }
+        encs = self._tokenizer.encode_batch([(query, t) for t in texts])
+        out: list[tuple[float, Span | None]] = [(0.0, None)] * len(texts)
+        for rows in length_batches([len(e.ids) for e in encs], self.batch_size):
+            width = max(len(encs[i].ids) for i in rows)
+            ids = np.zeros((len(rows), width), dtype=np.int64)
+            mask = np.zeros_like(ids)
+            types = np.zeros_like(ids)
+            for r, i in enumerate(rows):
+                n = len(encs[i].ids)
+                ids[r, :n], mask[r, :n], types[r, :n] = encs[i].ids, 1, encs[i].type_ids
+            feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
             res = self._session.run(None, {k: v for k, v in feeds.items() if k in self._input_names})
             rel = np.asarray(res[0], dtype=np.float64).reshape(-1)
             if not self.has_reader or len(res) < 3:
-                out.extend((float(r), None) for r in rel)
+                for i, logit in zip(rows, rel, strict=True):
+                    out[i] = (float(logit), None)
                 continue
-            masks = [[sid == 1 for sid in e.sequence_ids] for e in encs]
-            for text, e, r, (i, j, margin) in zip(
-                chunk, encs, rel, span_margins(np.asarray(res[1]), np.asarray(res[2]), masks), strict=True
-            ):
+            masks = np.zeros((len(rows), width), dtype=bool)
+            for r, i in enumerate(rows):
+                masks[r, : len(encs[i].ids)] = [sid == 1 for sid in encs[i].sequence_ids]
+            margins = span_margins(np.asarray(res[1]), np.asarray(res[2]), masks)
+            for i, logit, (a, b, margin) in zip(rows, rel, margins, strict=True):
                 span = None
-                if i >= 0:
-                    a, b = e.offsets[i][0], e.offsets[j][1]
-                    span = Span(text[a:b], a, b, _sigmoid(margin))
+                if a >= 0:
+                    start, end = encs[i].offsets[a][0], encs[i].offsets[b][1]
+                    span = Span(texts[i][start:end], start, end, _sigmoid(margin))
                 m = max(-30.0, min(30.0, margin)) if math.isfinite(margin) else -30.0
                 w = self.grade
-                logit = w["relevance"] * float(r) + w["span"] * m + w["bias"] if w else float(r)
-                out.append((logit, span))
+                out[i] = (w["relevance"] * float(logit) + w["span"] * m + w["bias"] if w else float(logit), span)
         return out
 
     def _cached(self, query: str, texts: Sequence[str]) -> list[tuple[float, Span | None]]:
