@@ -72,6 +72,9 @@ MIGRATIONS: list[list[str]] = [
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 MAX_DIM = 2000  # pgvector's HNSW limit for `vector`
+#: HNSW search breadth: `fastcrag bench-store` at 100k MiniLM-shaped vectors measured recall@10 0.87 at 40 (pgvector's
+#: default), 0.95 at 100 and 0.98 at 200, for query P50 4.6 / 7.8 / 12.9 ms on a loaded 2-core machine.
+DEFAULT_EF_SEARCH = 100
 _SCHEMA_LOCK = 0x66617374637261  # advisory lock key ("fastcra") serialising migrations
 _WRITER_LOCK = 0x66637267  # advisory lock class ("fcrg"; int4), one lock per collection id, held by a writer
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,63}$")
@@ -465,7 +468,8 @@ class PgStore(VectorStore):
         Args:
             vector: The query embedding.
             k: How many chunks.
-            ef_search: HNSW's candidate list size (recall against speed); max(40, 2k) when None, at most 1000.
+            ef_search: HNSW's candidate list size (recall against speed); when None, DEFAULT_EF_SEARCH or 2k,
+                whichever is larger (at most 1000).
         """
         from psycopg import sql
 
@@ -475,7 +479,8 @@ class PgStore(VectorStore):
         ).format(self._table())
         with self._connection("dense search") as conn, conn.transaction():
             conn.execute(
-                "SELECT set_config('hnsw.ef_search', %s, true)", (str(min(1000, ef_search or max(40, 2 * k))),)
+                "SELECT set_config('hnsw.ef_search', %s, true)",
+                (str(min(1000, ef_search or max(DEFAULT_EF_SEARCH, 2 * k))),),
             )
             rows = conn.execute(query, {"q": _vector(vector), "k": k}).fetchall()
         return [(_document(row), float(row[4])) for row in rows]
