@@ -354,7 +354,7 @@ class PgStore(VectorStore):
         *,
         create: bool = False,
         pool_size: int = 4,
-        timeout: float = 10.0,
+        timeout: float = 5.0,
     ) -> None:
         """Connect, migrate the schema when behind, and open the collection.
 
