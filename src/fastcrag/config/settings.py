@@ -65,7 +65,8 @@ class Settings(BaseSettings):
     crag_strip_min_tokens: int = Field(6, ge=0, le=64, description="Shorter kept strips keep their chunk.")
     retrieval: RetrievalMode = Field(
         DEFAULT_RETRIEVAL,
-        description="First-pass retrieval over a FAISS index: dense, lexical (BM25) or hybrid (both, fused by RRF).",
+        description="First-pass retrieval: dense, lexical (BM25 over FAISS, full-text search over Postgres) or hybrid "
+        "(both, fused by RRF).",
     )
     top_k: int = Field(20, ge=1, le=200, description="Candidates retrieved and reranked.")
     top_n: int = Field(3, ge=1, le=20, description="Passages handed to the generator.")
