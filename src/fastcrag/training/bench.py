@@ -312,6 +312,7 @@ def quality_benchmark(
         col: float(np.mean([cand_ids[i][int(np.argmax(per_q[i]))] == g for i, (_, g, _) in enumerate(ans)]))
         for col, per_q in para_scores.items()
     }
+    print_table(table, [c for c in cols if c != "BM25"])  # the paragraph rows now: the later blocks take long
 
     # snippets: windows of one or two sentences of each row's first 5 candidate paragraphs
     snips: list[str] = []
@@ -333,6 +334,7 @@ def quality_benchmark(
         progress,
     )
     aucs(snip_scores, "snippets: ", ["unanswerable", "gold-removed", "off-corpus"])
+    print_table({k: v for k, v in table.items() if k.startswith("snippets: ")}, [c for c in cols if c != "BM25"])
 
     # --- strip scoring on held-out SQuAD 1.1
     strips: list[tuple[str, list[str], int]] = []
