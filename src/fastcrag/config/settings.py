@@ -27,8 +27,8 @@ class Settings(BaseSettings):
     index_dir: Path | None = Field(None, description="Index folder; the embedded Python-reference index when unset.")
     embedder: str = Field(
         "",
-        description="Embedder: `onnx-int8` (the packaged int8 export; the default when installed), "
-        "`sentence-transformers` (fp32), or a model folder. Indexes record it and refuse another.",
+        description="Embedder: `sentence-transformers` (fp32, the default when empty), `onnx-int8` (the packaged int8 "
+        "export), or a model folder. Indexes record it and refuse another.",
     )
     store: str = Field(
         "",

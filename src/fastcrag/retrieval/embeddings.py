@@ -1,8 +1,9 @@
 """Embedders: all-MiniLM-L6-v2 as a LangChain `Embeddings`, int8 through ONNX Runtime or fp32 sentence-transformers.
 
-`FASTRAG_EMBEDDER` chooses: empty or `onnx-int8` = the packaged int8 ONNX export (`models/embedder`, the default
-when it is installed), `sentence-transformers` = the fp32 packaged weights, or a folder (one holding `model.onnx`
-is served by ONNX Runtime, any other by sentence-transformers). Each embedder has a `name` that index manifests and
+`FASTRAG_EMBEDDER` chooses: empty or `sentence-transformers` = the fp32 packaged weights (the default: the int8
+export does not yet meet all of its speed targets in `fastcrag bench-embedder`), `onnx-int8` = the packaged int8
+ONNX export (`models/embedder`), or a folder (one holding `model.onnx` is served by ONNX Runtime, any other by
+sentence-transformers). Each embedder has a `name` that index manifests and
 Postgres collections record, so an index built by one is refused by another.
 """
 
@@ -184,21 +185,17 @@ class OnnxEmbeddings(Embedder):
 
 
 def load_embeddings(spec: str = "") -> Embedder:
-    """An embedder from a spec: empty (the default), `onnx-int8`, `sentence-transformers`, or a folder.
-
-    The default is the packaged int8 ONNX export when it is installed, else sentence-transformers fp32.
+    """An embedder from a spec: empty or `sentence-transformers` (fp32, the default), `onnx-int8`, or a folder.
 
     Raises:
         ValueError: the spec names neither a known embedder nor an existing folder.
     """
-    if spec in ("", ONNX_SPEC):
-        if (PACKAGED_EMBEDDER / "model.onnx").is_file():
-            return OnnxEmbeddings(PACKAGED_EMBEDDER)
-        if spec == ONNX_SPEC:
+    if spec in ("", ST_SPEC):
+        return SentenceTransformerEmbeddings()
+    if spec == ONNX_SPEC:
+        if not (PACKAGED_EMBEDDER / "model.onnx").is_file():
             raise ValueError(f"embedder {ONNX_SPEC!r}: no packaged export in {PACKAGED_EMBEDDER}")
-        return SentenceTransformerEmbeddings()
-    if spec == ST_SPEC:
-        return SentenceTransformerEmbeddings()
+        return OnnxEmbeddings(PACKAGED_EMBEDDER)
     path = Path(spec).expanduser()
     if (path / "model.onnx").is_file():
         return OnnxEmbeddings(path)

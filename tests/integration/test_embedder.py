@@ -1,0 +1,47 @@
+"""The int8 ONNX embedder against the fp32 sentence-transformers one: same space, same order, refused across indexes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fastcrag.retrieval.embeddings import OnnxEmbeddings, SentenceTransformerEmbeddings, load_embeddings
+from fastcrag.retrieval.store import FaissStore, IndexLoadError
+
+pytestmark = pytest.mark.integration
+
+TEXTS = [
+    "The with statement wraps the execution of a block with methods defined by a context manager.",
+    "Bananas are yellow.",
+    "A lambda expression creates an anonymous function that can be used wherever a function object is required, "
+    "for instance as the key of a sort, and it is evaluated when the expression is evaluated.",
+    "Generators produce values lazily with yield.",
+]
+
+
+def test_int8_vectors_are_unit_length_in_order_and_agree_with_fp32() -> None:
+    int8, fp32 = load_embeddings("onnx-int8"), load_embeddings("sentence-transformers")
+    assert isinstance(int8, OnnxEmbeddings) and isinstance(fp32, SentenceTransformerEmbeddings)
+    assert int8.name != fp32.name and int8.dimension == fp32.dimension == 384
+    a, b = int8.encode(TEXTS), fp32.encode(TEXTS)  # texts of different lengths: batched sorted, returned in order
+    assert a.shape == b.shape == (len(TEXTS), 384)
+    assert np.allclose(np.linalg.norm(a, axis=1), 1.0, atol=1e-4)
+    assert ((a * b).sum(axis=1) > 0.97).all()
+    # each row is its own text's vector (int8 activations are quantised per batch, so only nearly equal)
+    assert all(float(a[i] @ int8.encode([t])[0]) > 0.98 for i, t in enumerate(TEXTS))
+    assert int8.encode([]).shape == (0, 384)
+
+
+def test_an_index_built_with_one_embedder_is_refused_by_the_other(tmp_path: Path) -> None:
+    int8, fp32 = load_embeddings("onnx-int8"), load_embeddings("sentence-transformers")
+    FaissStore.from_texts(TEXTS, int8).save(tmp_path / "ix")
+    with pytest.raises(IndexLoadError, match="embedder"):
+        FaissStore.load(tmp_path / "ix", fp32)
+    assert len(FaissStore.load(tmp_path / "ix", int8)) == len(TEXTS)
+
+
+def test_unknown_embedder_spec_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="not 'onnx-int8'"):
+        load_embeddings("no-such-embedder")
