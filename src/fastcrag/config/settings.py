@@ -104,6 +104,20 @@ def redact_url(url: str) -> str:
     return re.sub(r"(?i)(password=)[^&\s]*", r"\1***", url)
 
 
+def redact_message(message: str, url: str) -> str:
+    """An error message fit to show, on one line: URLs in it redacted, and `url`'s password wherever it appears."""
+    from urllib.parse import urlsplit
+
+    message = redact_url(message.replace(url, redact_url(url)))
+    try:
+        password = urlsplit(url).password or ""
+    except ValueError:
+        password = ""
+    if password:
+        message = message.replace(password, "***")
+    return " ".join(message.split())
+
+
 @dataclass
 class Context:
     """Per-run overrides (LangGraph `context_schema`): any field left as None takes the setting or calibration."""

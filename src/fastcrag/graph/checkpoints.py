@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from fastcrag.config.settings import Settings, is_postgres_url, redact_url
+from fastcrag.config.settings import Settings, is_postgres_url, redact_message, redact_url
 
 #: How long a run waits for a pooled connection: while Postgres is down, runs abstain after this, not psycopg's 30 s.
 POOL_WAIT_S = 5.0
@@ -102,5 +102,4 @@ async def _postgres(url: str, pool_size: int) -> AsyncIterator[Any]:
 
 def _reason(exc: BaseException, url: str) -> str:
     """The first line of a driver error, with the URL and any password redacted."""
-    text = (str(exc).strip().splitlines() or [""])[0].replace(url, redact_url(url))
-    return f"{type(exc).__name__}: {redact_url(text)}"
+    return f"{type(exc).__name__}: {redact_message((str(exc).strip().splitlines() or [''])[0], url)}"
