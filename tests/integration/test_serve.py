@@ -357,6 +357,45 @@ def test_thread_continues_across_separately_started_graphs(
     assert len(third["messages"]) == 6 and third["answer"] == first["answer"]
 
 
+def _lease(url: str, op: str, thread_id: str) -> bool:
+    """Claim or release a thread's run lease from this process, as another worker would."""
+    import psycopg
+
+    from fastcrag.server.threads import PostgresThreadRecords
+
+    async def go() -> bool:
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            records = PostgresThreadRecords(conn)
+            if op == "claim":
+                return await records.claim(thread_id, "held-by-the-test", 120)
+            await records.release(thread_id, "held-by-the-test")
+            return True
+
+    return asyncio.run(go())
+
+
+def test_a_busy_thread_is_409_or_waits_its_turn(served: Served, checkpoints_url: str) -> None:
+    """A run in flight elsewhere holds the thread: `reject` gets 409, `enqueue` waits; queued runs take turns."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    tid = served.post("/threads", json={}).json()["thread_id"]
+    turn = {"assistant_id": "crag", "input": {"messages": [{"role": "user", "content": QUESTIONS[5]}]}}
+    path = f"/threads/{tid}/runs/wait"
+    assert _lease(checkpoints_url, "claim", tid)
+    assert served.post(path, json=turn).status_code == 409
+    with ThreadPoolExecutor(3) as pool:
+        waiting = pool.submit(served.post, path, json={**turn, "multitask_strategy": "enqueue"})
+        time.sleep(1.5)
+        assert not waiting.done()  # it waits for the lease
+        _lease(checkpoints_url, "release", tid)
+        first = waiting.result(timeout=120)
+        assert first.status_code == 200 and len(first.json()["messages"]) == 2
+        queued = [pool.submit(served.post, path, json={**turn, "multitask_strategy": "enqueue"}) for _ in range(3)]
+        outs = [f.result(timeout=300) for f in queued]
+    assert [r.status_code for r in outs] == [200] * 3
+    assert sorted(len(r.json()["messages"]) for r in outs) == [4, 6, 8]  # each run saw the one before it
+
+
 def test_load_200_runs_from_20_clients(
     served: Served, reference: dict[str, list[str]], capsys: pytest.CaptureFixture[str]
 ) -> None:

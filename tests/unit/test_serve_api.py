@@ -153,3 +153,45 @@ def test_a_slow_run_abstains_at_the_time_limit(tmp_path: Path) -> None:
 def test_loopback_detection() -> None:
     assert all(is_loopback(h) for h in ("127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost"))
     assert not any(is_loopback(h) for h in ("0.0.0.0", "::", "10.0.0.5", "example.com"))
+
+
+def _concurrent(client: TestClient, path: str, body: dict[str, Any], n: int) -> list[Any]:
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(n) as pool:
+        return list(pool.map(lambda _: client.post(path, json=body), range(n)))
+
+
+def test_runs_on_one_thread_never_overlap(tmp_path: Path) -> None:
+    """`enqueue` runs take turns (each sees the one before); `reject` refuses a busy thread with 409."""
+    with make_client(tmp_path, key=None) as client:
+        client.reranker.behaviour = lambda out: (time.sleep(0.3), out)[1]  # type: ignore[attr-defined]
+        tid = client.post("/threads", json={}).json()["thread_id"]
+        turn = {"assistant_id": "crag", "input": {"messages": [{"role": "user", "content": "Where is the tower?"}]}}
+        queued = _concurrent(client, f"/threads/{tid}/runs/wait", {**turn, "multitask_strategy": "enqueue"}, 3)
+        assert [r.status_code for r in queued] == [200] * 3
+        assert sorted(len(r.json()["messages"]) for r in queued) == [2, 4, 6]  # one after another
+        rejected = _concurrent(client, f"/threads/{tid}/runs/wait", turn, 3)
+        codes = sorted(r.status_code for r in rejected)
+        assert codes.count(200) >= 1 and 409 in codes, codes
+        assert "multitask_strategy=enqueue" in next(r for r in rejected if r.status_code == 409).json()["detail"]
+        assert client.post(f"/threads/{tid}/runs/wait", json=turn).status_code == 200  # the lease was given back
+        bad = client.post(f"/threads/{tid}/runs/wait", json={**turn, "multitask_strategy": "interrupt"})
+        assert bad.status_code == 422
+
+
+def test_a_lease_expires_and_only_its_holder_releases_it(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with aiosqlite.connect(str(tmp_path / "leases.sqlite")) as conn:
+            threads = SqliteThreadRecords(conn, asyncio.Lock())
+            await threads.setup()
+            assert await threads.claim("t", "r1", 0.2)
+            assert not await threads.claim("t", "r2", 10)
+            await asyncio.sleep(0.3)  # r1's worker died: its lease runs out
+            assert await threads.claim("t", "r2", 10)
+            await threads.release("t", "r1")  # not r1's any more: nothing happens
+            assert not await threads.claim("t", "r3", 10)
+            await threads.release("t", "r2")
+            assert await threads.claim("t", "r3", 10)
+
+    asyncio.run(scenario())

@@ -570,7 +570,14 @@ class RunPlan:
     context: Context
     config: dict[str, Any]
     stream_modes: list[str]
+    multitask: str = "reject"
 
+
+MULTITASK = ("reject", "enqueue")
+"""What a run does when its thread has a run in flight: fail with 409 (LangGraph's default), or wait its turn."""
+LEASE_POLL_S = 0.05
+LEASE_GRACE_S = 5.0
+"""A lease outlives the run timeout by this much: a worker that died mid-run frees its thread after it."""
 
 UNSUPPORTED = ("command", "interrupt_before", "interrupt_after", "checkpoint", "checkpoint_id", "webhook")
 
@@ -645,6 +652,11 @@ async def _plan(request: Request, service: Service, thread_id: str | None) -> Ru
     if_not_exists = body.get("if_not_exists") or "reject"
     if if_not_exists not in ("reject", "create"):
         raise HTTPException(422, "if_not_exists must be `reject` or `create`")
+    multitask = body.get("multitask_strategy") or "reject"
+    if multitask not in MULTITASK:
+        raise HTTPException(
+            422, f"multitask_strategy must be one of {', '.join(MULTITASK)} (the graph's runs are never interrupted)"
+        )
     run_id = str(uuid.uuid4())
     return RunPlan(
         run_id=run_id,
@@ -654,6 +666,7 @@ async def _plan(request: Request, service: Service, thread_id: str | None) -> Ru
         context=_context(body.get("context")),
         config=_run_config(body.get("config"), thread_id, run_id),
         stream_modes=_stream_modes(body.get("stream_mode")),
+        multitask=multitask,
     )
 
 
@@ -710,6 +723,35 @@ async def _ensure_thread(service: Service, plan: RunPlan) -> None:
     await service.threads.create(plan.thread_id, {})
 
 
+async def _claim(service: Service, plan: RunPlan) -> None:
+    """Take the thread's run lease, so that runs on one thread never overlap, across every worker.
+
+    `enqueue` waits for the run in flight (the caller's timeout bounds the wait); `reject` fails at once.
+
+    Raises:
+        HTTPException: 409 when the thread is busy and the strategy is `reject`.
+        Exception: the database failed (the caller turns it into an abstention).
+    """
+    if plan.thread_id is None:
+        return
+    lease_s = service.limits.run_timeout_s + LEASE_GRACE_S
+    while not await service.threads.claim(plan.thread_id, plan.run_id, lease_s):
+        if plan.multitask == "reject":
+            raise HTTPException(
+                409,
+                f"thread {plan.thread_id} has a run in progress; retry later or send multitask_strategy=enqueue",
+            )
+        await asyncio.sleep(LEASE_POLL_S)
+
+
+async def _release(service: Service, plan: RunPlan) -> None:
+    if plan.thread_id is not None:
+        try:
+            await service.threads.release(plan.thread_id, plan.run_id)
+        except Exception as exc:  # the lease expires by itself
+            log.warning("releasing thread %s failed: %s", plan.thread_id, service.reason(exc))
+
+
 def _graph_for(service: Service, plan: RunPlan) -> Any:
     return service.graph if plan.thread_id is not None else service.stateless
 
@@ -728,9 +770,12 @@ async def run_wait(request: Request) -> Response:
     thread_id = request.path_params.get("thread_id")
     plan = await _plan(request, service, None if thread_id is None else _thread_id(thread_id))
     graph = _graph_for(service, plan)
+    claimed = False
     try:
         async with asyncio.timeout(service.limits.run_timeout_s):
             await _ensure_thread(service, plan)
+            await _claim(service, plan)
+            claimed = True
             output = await graph.ainvoke(plan.input, plan.config, context=plan.context)
     except HTTPException:
         raise
@@ -738,6 +783,9 @@ async def run_wait(request: Request) -> Response:
         output = failure_output(service, plan, _failure(service, plan, exc).reason)
     else:
         await _touch(service, plan)
+    finally:
+        if claimed:
+            await _release(service, plan)
     return Response(service.scrub(dumps(output)), media_type="application/json")
 
 
@@ -790,6 +838,8 @@ async def _events(service: Service, plan: RunPlan, failed: BaseException | None)
             producer.cancel()
             with contextlib.suppress(BaseException):
                 await producer
+        if failed is None:
+            await _release(service, plan)
 
 
 async def run_stream(request: Request) -> Response:
@@ -801,6 +851,7 @@ async def run_stream(request: Request) -> Response:
     try:
         async with asyncio.timeout(service.limits.run_timeout_s):
             await _ensure_thread(service, plan)
+            await _claim(service, plan)
     except HTTPException:
         raise
     except Exception as exc:

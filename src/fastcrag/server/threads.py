@@ -8,11 +8,14 @@ no thread state of their own.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 TABLE = "fastcrag_threads"
+RUNS = "fastcrag_thread_runs"
+"""One row per thread with a run in flight: the run's lease, so that runs on one thread never overlap."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,15 @@ class ThreadRecords(Protocol):
 
     async def touch(self, thread_id: str) -> None:
         """Set the thread's `updated_at` to now (after a run)."""
+
+    async def claim(self, thread_id: str, run_id: str, seconds: float) -> bool:
+        """Take the thread's run lease for `seconds`; False while another run holds an unexpired one.
+
+        A worker that dies mid-run leaves its lease to expire; the run timeout bounds how long that takes.
+        """
+
+    async def release(self, thread_id: str, run_id: str) -> None:
+        """Give back the lease `run_id` holds (nothing when it holds none)."""
 
 
 def _now() -> datetime:
@@ -95,7 +107,9 @@ class PostgresThreadRecords:
             "DO $$ BEGIN PERFORM pg_advisory_xact_lock(hashtext('fastcrag_threads_setup')); "
             f"CREATE TABLE IF NOT EXISTS {TABLE} (thread_id TEXT PRIMARY KEY, "
             "created_at TIMESTAMPTZ NOT NULL, updated_at TIMESTAMPTZ NOT NULL, "
-            "metadata JSONB NOT NULL DEFAULT '{}'::jsonb); END $$"
+            "metadata JSONB NOT NULL DEFAULT '{}'::jsonb); "
+            f"CREATE TABLE IF NOT EXISTS {RUNS} (thread_id TEXT PRIMARY KEY, run_id TEXT NOT NULL, "
+            "expires_at TIMESTAMPTZ NOT NULL); END $$"
         )
 
     async def create(self, thread_id: str, metadata: dict[str, Any]) -> ThreadRecord | None:
@@ -118,6 +132,21 @@ class PostgresThreadRecords:
     async def touch(self, thread_id: str) -> None:
         """Set `updated_at` to now."""
         await self._execute(f"UPDATE {TABLE} SET updated_at = %s WHERE thread_id = %s", (_now(), thread_id))
+
+    async def claim(self, thread_id: str, run_id: str, seconds: float) -> bool:
+        """Take the lease (times on the database's clock, so workers' clocks need not agree)."""
+        rows = await self._execute(
+            f"INSERT INTO {RUNS} (thread_id, run_id, expires_at) "
+            "VALUES (%s, %s, clock_timestamp() + make_interval(secs => %s)) ON CONFLICT (thread_id) DO UPDATE "
+            "SET run_id = excluded.run_id, expires_at = excluded.expires_at "
+            f"WHERE {RUNS}.expires_at < clock_timestamp() RETURNING run_id",
+            (thread_id, run_id, float(seconds)),
+        )
+        return bool(rows)
+
+    async def release(self, thread_id: str, run_id: str) -> None:
+        """Give back the lease."""
+        await self._execute(f"DELETE FROM {RUNS} WHERE thread_id = %s AND run_id = %s", (thread_id, run_id))
 
 
 class SqliteThreadRecords:
@@ -142,6 +171,10 @@ class SqliteThreadRecords:
             f"CREATE TABLE IF NOT EXISTS {TABLE} (thread_id TEXT PRIMARY KEY, created_at TEXT NOT NULL, "
             "updated_at TEXT NOT NULL, metadata TEXT NOT NULL DEFAULT '{}')"
         )
+        await self._execute(
+            f"CREATE TABLE IF NOT EXISTS {RUNS} (thread_id TEXT PRIMARY KEY, run_id TEXT NOT NULL, "
+            "expires_at REAL NOT NULL)"
+        )
 
     async def create(self, thread_id: str, metadata: dict[str, Any]) -> ThreadRecord | None:
         """Insert a thread; None when it exists."""
@@ -163,6 +196,21 @@ class SqliteThreadRecords:
     async def touch(self, thread_id: str) -> None:
         """Set `updated_at` to now."""
         await self._execute(f"UPDATE {TABLE} SET updated_at = ? WHERE thread_id = ?", (_now().isoformat(), thread_id))
+
+    async def claim(self, thread_id: str, run_id: str, seconds: float) -> bool:
+        """Take the lease (one machine: its clock)."""
+        now = time.time()
+        rows = await self._execute(
+            f"INSERT INTO {RUNS} (thread_id, run_id, expires_at) VALUES (?, ?, ?) ON CONFLICT (thread_id) DO UPDATE "
+            f"SET run_id = excluded.run_id, expires_at = excluded.expires_at WHERE {RUNS}.expires_at < ? "
+            "RETURNING run_id",
+            (thread_id, run_id, now + seconds, now),
+        )
+        return bool(rows)
+
+    async def release(self, thread_id: str, run_id: str) -> None:
+        """Give back the lease."""
+        await self._execute(f"DELETE FROM {RUNS} WHERE thread_id = ? AND run_id = ?", (thread_id, run_id))
 
 
 def thread_records(saver: Any) -> ThreadRecords:
