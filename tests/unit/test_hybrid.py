@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from langchain_core.documents import Document
 
 from fastcrag import build_graph
+from fastcrag.config.settings import Settings
 from fastcrag.generation.rewriters import expansion_terms, keyword_rewrite, keywords
 from fastcrag.retrieval.hybrid import HybridRetriever, fuse, rrf
 from fastcrag.retrieval.indexing import build_index
@@ -191,3 +192,17 @@ def test_embedded_index_is_rebuilt_when_its_format_changes(tmp_path: Path, monke
     (first / "manifest.json").write_text(json.dumps(manifest | {"format": FORMAT_VERSION - 1}))
     indexing.ensure_default_index(32, 8, progress=False)
     assert current(folder) != first and FaissStore.load(folder, HashEmbeddings()).lexical_error is None
+
+
+def test_retry_grades_only_passages_the_first_pass_did_not(tmp_path: Path) -> None:
+    """The rewrite's retrieval reaches past the first pass's candidates; their scores are kept, not recomputed."""
+    store = build(tmp_path)
+    reranker = ScriptedReranker({"Photosynthesis": 0.9})
+    chat = FakeChat(rewrite={"query": "plant light energy"})
+    settings_ = Settings(top_k=2)
+    graph = build_graph(retriever=store, reranker=reranker, llm=chat, calibration=CALIBRATION, settings=settings_)
+    out = graph.invoke({"question": "Where is the Eiffel Tower?"})
+    first, retry = (set(texts) for _, texts in reranker.calls)
+    assert len(reranker.calls) == 2 and len(first) == 2 and retry and not first & retry
+    assert len(out["crag"]["verdicts"]) == len(first | retry)  # both passes' candidates stay graded
+    assert out["crag"]["action"] == "rewrite" and out["crag"]["band"] == "CORRECT"

@@ -20,6 +20,7 @@ from fastcrag.evaluation.common import (
     squad_setup,
     squad_store,
 )
+from fastcrag.evaluation.datasets import distractor_documents, read_squad
 from fastcrag.evaluation.runlog import ResultLog
 from fastcrag.evaluation.scoring import (
     ACTIONS,
@@ -53,6 +54,8 @@ class AbstentionConfig:
     fresh: bool = False
     exclude_calibration: bool = True
     threads: int = 1
+    distractors: int = 0
+    """Articles of `off_corpus` added to the corpus (none of the asked questions' articles)."""
 
 
 def variant_name(generator: str, variant: str) -> str:
@@ -108,6 +111,7 @@ def run(cfg: AbstentionConfig, settings: Settings) -> int:
         "crag_max_rewrites": settings.crag_max_rewrites,
         "retrieval": settings.retrieval,
         "crag_strip_min_tokens": settings.crag_strip_min_tokens,
+        "distractors": cfg.distractors,
     }
     log = ResultLog(cfg.out / "results.jsonl", config, fresh=cfg.fresh)
     jobs = [(q, g, v) for q in setup.questions for g in cfg.generators for v in cfg.variants]
@@ -115,7 +119,9 @@ def run(cfg: AbstentionConfig, settings: Settings) -> int:
     started = time.perf_counter()
     try:
         if todo:
-            store = squad_store(setup.docs, settings.chunk_tokens, settings.chunk_overlap)
+            asked = {q.title for q in setup.questions} | {d.source.rsplit("#", 1)[0] for d in setup.docs}
+            extra = distractor_documents(read_squad(cfg.off_corpus), asked, cfg.distractors, cfg.seed)
+            store = squad_store([*setup.docs, *extra], settings.chunk_tokens, settings.chunk_overlap)
             graphs = {
                 g: build_graph(retriever=store, reranker=setup.grader, llm=g, settings=settings) for g in cfg.generators
             }
@@ -347,7 +353,9 @@ def write_report(
         "",
         rp.completion_note(len(records), total),
         "",
-        f"- Corpus: the paragraphs of `{cfg.squad}`; off-corpus questions: `{cfg.off_corpus}` articles not indexed.",
+        f"- Corpus: the paragraphs of `{cfg.squad}`"
+        + (f" and of {cfg.distractors} distractor articles of `{cfg.off_corpus}`" if cfg.distractors else "")
+        + f"; off-corpus questions: `{cfg.off_corpus}` articles not indexed.",
         f"- {cfg.per_class} questions per class, seed {cfg.seed}; calibration sample excluded: "
         f"{cfg.exclude_calibration} (calibration: {calibration_data or 'n/a'}).",
         f"- Grader: `{grader}`; reranker_threshold = {lower:.4f}, crag_upper = {upper:.4f}.",

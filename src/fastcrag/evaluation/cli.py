@@ -65,8 +65,11 @@ def cmd_abstention(args: argparse.Namespace) -> int:
         fresh=args.fresh,
         threads=args.threads,
         exclude_calibration=not args.include_calibration_sample,
+        distractors=args.distractors,
     )
     _check_paths(cfg.squad, cfg.off_corpus)
+    if cfg.distractors < 0:
+        raise ValueError("--distractors must be >= 0")
     if cfg.per_class < 1 or not cfg.generators:
         raise ValueError("--per-class must be >= 1 and --generators must name at least one generator")
     code = run(cfg, _settings(args))
@@ -168,6 +171,13 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     )
     ab.add_argument("--per-class", type=int, default=40, help="questions per class (default: 40)")
     ab.add_argument("--seed", type=int, default=2026)
+    ab.add_argument(
+        "--distractors",
+        type=int,
+        default=0,
+        help="index also the paragraphs of N --off-corpus articles that no asked question comes from, so "
+        "first-pass retrieval can miss (default: 0)",
+    )
     ab.add_argument(
         "--generators",
         default=f"extractive,{SMOLLM2_LLM}",

@@ -98,6 +98,20 @@ def off_corpus_questions(squad: dict[str, Any], exclude_titles: set[str]) -> lis
     ]
 
 
+def distractor_documents(squad: dict[str, Any], exclude_titles: set[str], n: int, seed: int) -> list[SourceDocument]:
+    """The paragraphs of `n` seeded articles of `squad` outside `exclude_titles`, as extra corpus documents.
+
+    They make the corpus big enough for first-pass retrieval to miss: a question's own article competes with
+    articles it was not asked of.
+    """
+    articles = [a for a in squad["data"] if str(a["title"]) not in exclude_titles]
+    if n <= 0:
+        return []
+    chosen = random.Random(seed).sample(articles, min(n, len(articles)))
+    docs, _ = squad_corpus_and_questions({"data": chosen})
+    return docs
+
+
 def question_pools(squad: Path, off_corpus: Path) -> tuple[list[SourceDocument], dict[str, list[LabelledQuestion]]]:
     """The corpus paragraphs of `squad`, and its questions by class (off-corpus ones from articles outside it)."""
     docs, questions = squad_corpus_and_questions(read_squad(squad))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import time
 from typing import Any
 
@@ -13,15 +12,14 @@ from fastcrag.config.settings import Context
 from fastcrag.grading.reranker import checked_scores
 from fastcrag.graph.state import Candidate, State, add_time, question_of
 from fastcrag.nodes import Node
-from fastcrag.retrieval.hybrid import HybridRetriever, Mode
+from fastcrag.retrieval.hybrid import HybridRetriever, Mode, chunk_key
 from fastcrag.retrieval.text import clean_text
 
 
-def _candidate(doc: Any, score: float) -> Candidate:
+def _candidate(doc: Any) -> Candidate:
     meta = doc.metadata or {}
     text = str(doc.page_content)
-    chunk_id = str(meta.get("chunk_id") or meta.get("id") or hashlib.sha256(text.encode()).hexdigest()[:16])
-    return {"chunk_id": chunk_id, "source": str(meta.get("source", "")), "text": text, "score": score}
+    return {"chunk_id": chunk_key(text, meta), "source": str(meta.get("source", "")), "text": text, "score": 0.0}
 
 
 def make(parts: Components) -> Node:
@@ -54,30 +52,33 @@ def make(parts: Components) -> Node:
         if len(question) > limit:
             return update | {"failure": f"the question is longer than {limit} characters (FASTRAG_MAX_QUESTION_CHARS)"}
         query = str(state.get("rewritten_query") or question) if retry else question
+        # The retry reaches past what the first pass graded: those passages keep their scores (they were graded
+        # against the same question) and the reranker grades only passages it has not seen.
+        graded = {c["chunk_id"]: c for c in state.get("candidates") or []} if retry else {}
         started = time.perf_counter()
         try:
             retriever = parts.retriever()
             if isinstance(retriever, HybridRetriever):
                 # a keyword rewrite is a bag of search terms: it is searched lexically
                 mode: Mode | None = "lexical" if retry and state.get("rewriter") == "keyword" else None
-                docs, update["retrieval"] = retriever.search(query, mode)
+                docs, update["retrieval"] = retriever.search(query, mode, k=retriever.k + len(graded))
+                depth = retriever.k
             else:
                 docs, update["retrieval"] = retriever.invoke(query), type(retriever).__name__
+                depth = len(docs)
         except Exception as exc:  # a retriever failure abstains with the reason in the trace
             return update | {"failure": f"retriever raised {type(exc).__name__}: {exc}"}
+        fresh = [c for c in map(_candidate, docs) if c["chunk_id"] not in graded][:depth]
         fetched = time.perf_counter()
         try:
             # Candidates are always graded against the user's question: a rewrite may widen recall,
             # but it can never make weak evidence look strong for a question nobody asked.
-            scores = checked_scores(parts.reranker(), question, [str(d.page_content) for d in docs])
+            scores = checked_scores(parts.reranker(), question, [c["text"] for c in fresh])
         except Exception as exc:
             return update | {"failure": str(exc)}
         reranked = time.perf_counter()
-        candidates = sorted(
-            (_candidate(d, s) for d, s in zip(docs, scores, strict=True)),
-            key=lambda c: c["score"],
-            reverse=True,
-        )
+        scored: list[Candidate] = [{**c, "score": s} for c, s in zip(fresh, scores, strict=True)]
+        candidates = sorted([*scored, *graded.values()], key=lambda c: c["score"], reverse=True)
         if retry:  # a second retrieval is part of the correction's cost
             timings = add_time(timings_state, "crag_ms", (reranked - started) * 1000)
         else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from typing import Any, Protocol, get_args, runtime_checkable
 
@@ -89,24 +90,28 @@ class HybridRetriever(BaseRetriever):
     mode: Mode = "hybrid"
     k: int = 20
 
-    def search(self, query: str, mode: Mode | None = None) -> tuple[list[Document], str]:
-        """The documents and the route taken (`hybrid`, `dense`, `lexical`, or `dense (fallback: ...)`)."""
+    def search(self, query: str, mode: Mode | None = None, k: int | None = None) -> tuple[list[Document], str]:
+        """The `k` (default `self.k`) best documents and the route taken.
+
+        The route is `hybrid`, `dense`, `lexical`, or `dense (fallback: ...)`.
+        """
         mode = mode or self.mode
+        k = k or self.k
         if mode not in MODES:
             raise ValueError(f"retrieval mode {mode!r} is not one of {', '.join(MODES)}")
         if mode == "dense":
-            return self._dense(query), "dense"
+            return self._dense(query, k), "dense"
         try:
-            lexical = self.store.lexical_search_with_score(query, self.k)
+            lexical = self.store.lexical_search_with_score(query, k)
         except LexicalIndexError as exc:
             if mode == "lexical":
                 raise
-            return self._dense(query), f"dense (fallback: {exc})"
+            return self._dense(query, k), f"dense (fallback: {exc})"
         for doc, score in lexical:
             doc.metadata["lexical_score"] = score
         if mode == "lexical":
             return [d for d, _ in lexical], "lexical"
-        return fuse(self._dense(query), [d for d, _ in lexical], self.k), "hybrid"
+        return fuse(self._dense(query, k), [d for d, _ in lexical], k), "hybrid"
 
     def idf(self) -> Callable[[str], float] | None:
         """The lexical index's word weights (for query expansion), or None when it is unusable."""
@@ -115,8 +120,8 @@ class HybridRetriever(BaseRetriever):
         except LexicalIndexError:
             return None
 
-    def _dense(self, query: str) -> list[Document]:
-        return self.store.similarity_search(query, k=self.k)
+    def _dense(self, query: str, k: int) -> list[Document]:
+        return self.store.similarity_search(query, k=k)
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
@@ -128,4 +133,10 @@ class HybridRetriever(BaseRetriever):
 
 
 def _key(doc: Document) -> str:
-    return str(doc.metadata.get("chunk_id") or doc.page_content)
+    return chunk_key(doc.page_content, doc.metadata)
+
+
+def chunk_key(text: str, metadata: dict[str, Any] | None) -> str:
+    """A chunk's identity: its `chunk_id` (or `id`) metadata, else a hash of its text."""
+    meta = metadata or {}
+    return str(meta.get("chunk_id") or meta.get("id") or hashlib.sha256(text.encode()).hexdigest()[:16])
