@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from fastcrag.config.settings import redact_message
 from fastcrag.retrieval.indexing import ChunkBatch, DocumentEntry, build_index, stream_index
 from fastcrag.retrieval.loaders import SourceDocument
-from fastcrag.retrieval.pgstore import PgStoreError, _clean, check_collection_name
+from fastcrag.retrieval.pgstore import PgStoreError, check_collection_name
 from fastcrag.retrieval.store import FaissStore
 
 from fakes import HashEmbeddings
@@ -100,7 +101,11 @@ def test_faiss_prune_removes_unseen_documents(tmp_path: Path) -> None:
 
 def test_errors_never_show_the_password() -> None:
     url = "postgresql://app:hunter2@db.example:5432/rag"
-    assert "hunter2" not in _clean(f"connection to {url} failed: password hunter2 rejected", url)
+    assert "hunter2" not in redact_message(f"connection to {url} failed: password hunter2 rejected", url)
+    for dsn in ("host=db password=hunter2 dbname=rag", "host=db password='hunter2' dbname=rag"):
+        assert "hunter2" not in redact_message(f"{dsn}: password hunter2 rejected", dsn)
+    encoded = "postgresql://app:p%40ss@db/rag"
+    assert redact_message(f"auth failed for p@ss and p%40ss at {encoded}", encoded).count("***") == 3
     with pytest.raises(PgStoreError, match="collection name"):
         check_collection_name("bad name; drop table")
     assert check_collection_name("docs_v2.en-1") == "docs_v2.en-1"

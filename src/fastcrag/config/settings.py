@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
@@ -98,22 +99,30 @@ def is_postgres_url(value: str) -> bool:
 
 def redact_url(url: str) -> str:
     """A database URL fit for logs, traces and errors: any password (and query-string password) replaced."""
-    import re
-
     url = re.sub(r"(://[^/@:]*):[^/]*@", r"\1:***@", url)
     return re.sub(r"(?i)(password=)[^&\s]*", r"\1***", url)
 
 
-def redact_message(message: str, url: str) -> str:
-    """An error message fit to show, on one line: URLs in it redacted, and `url`'s password wherever it appears."""
-    from urllib.parse import urlsplit
+def url_passwords(url: str) -> set[str]:
+    """The password of a database URL (`postgresql://user:pw@...`) or conninfo string (`password=pw ...`).
 
-    message = redact_url(message.replace(url, redact_url(url)))
+    As written and percent-decoded; empty when it has none.
+    """
+    from urllib.parse import unquote, urlsplit
+
     try:
         password = urlsplit(url).password or ""
     except ValueError:
         password = ""
-    if password:
+    if not password and (match := re.search(r"(?:^|\s)password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", url)):
+        password = match.group(1).strip("'")
+    return {p for p in (password, unquote(password)) if p}
+
+
+def redact_message(message: str, url: str) -> str:
+    """An error message fit to show, on one line: URLs in it redacted, and `url`'s password wherever it appears."""
+    message = redact_url(message.replace(url, redact_url(url)))
+    for password in url_passwords(url):
         message = message.replace(password, "***")
     return " ".join(message.split())
 

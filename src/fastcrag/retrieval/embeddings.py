@@ -110,8 +110,9 @@ class SentenceTransformerEmbeddings(Embedder):
     @property
     def dimension(self) -> int:
         """Embedding width."""
-        dim = self.model.get_sentence_embedding_dimension()
-        return int(dim)
+        # sentence-transformers 6 renamed the method (the old name warns); 5.x has only the old one
+        get = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
+        return int(get())
 
 
 class OnnxEmbeddings(Embedder):

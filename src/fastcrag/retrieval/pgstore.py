@@ -34,7 +34,7 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
-from fastcrag.config.settings import redact_url
+from fastcrag.config.settings import redact_message, redact_url
 from fastcrag.retrieval.lexical import _idf, words
 from fastcrag.retrieval.store import IndexLoadError
 
@@ -129,25 +129,6 @@ def _psycopg() -> Any:
     return psycopg
 
 
-def _clean(message: str, url: str) -> str:
-    """An error message fit to show: the URL and any password redacted, one line."""
-    message = redact_url(message)
-    password = _password(url)
-    if password:
-        message = message.replace(password, "***")
-    return " ".join(message.split())
-
-
-def _password(url: str) -> str:
-    try:
-        from psycopg.conninfo import conninfo_to_dict
-
-        return str(conninfo_to_dict(url).get("password") or "")
-    except Exception:
-        match = re.search(r"://[^/@:]*:([^/@]*)@", url)
-        return match.group(1) if match else ""
-
-
 def embedder_name(embedding: Embeddings) -> str:
     """The name an index records for its embedder."""
     return str(getattr(embedding, "name", type(embedding).__name__))
@@ -174,7 +155,7 @@ def connect(url: str) -> psycopg.Connection[Any]:
     try:
         conn = psycopg.connect(url, autocommit=True, connect_timeout=10)
     except psycopg.Error as exc:
-        raise PgStoreError(f"cannot connect to the Postgres store {shown}: {_clean(str(exc), url)}") from None
+        raise PgStoreError(f"cannot connect to the Postgres store {shown}: {redact_message(str(exc), url)}") from None
     try:
         ensure_schema(conn, url)
         register_vector(conn)
@@ -207,7 +188,7 @@ def ensure_schema(conn: psycopg.Connection[Any], url: str) -> None:
                 except psycopg.Error as exc:
                     raise PgStoreError(
                         f"the Postgres store {shown} has no pgvector: CREATE EXTENSION vector failed "
-                        f"({_clean(str(exc), url)}); install pgvector on the server, or have a superuser run "
+                        f"({redact_message(str(exc), url)}); install pgvector on the server, or have a superuser run "
                         "CREATE EXTENSION vector in this database"
                     ) from None
             conn.execute(
@@ -226,7 +207,9 @@ def ensure_schema(conn: psycopg.Connection[Any], url: str) -> None:
                 (SCHEMA_VERSION,),
             )
     except psycopg.Error as exc:
-        raise PgStoreError(f"Postgres store {shown}: setting up the schema failed: {_clean(str(exc), url)}") from None
+        raise PgStoreError(
+            f"Postgres store {shown}: setting up the schema failed: {redact_message(str(exc), url)}"
+        ) from None
 
 
 def _schema_version(conn: psycopg.Connection[Any]) -> int | None:
@@ -313,7 +296,7 @@ def open_collection(
                 return open_collection(conn, url, name, embedding, create=False)
     except psycopg.Error as exc:
         raise PgStoreError(
-            f"Postgres store {shown}: reading collection {name!r} failed: {_clean(str(exc), url)}"
+            f"Postgres store {shown}: reading collection {name!r} failed: {redact_message(str(exc), url)}"
         ) from None
     if row is None:
         raise PgStoreError(
@@ -429,7 +412,7 @@ class PgStore(VectorStore):
             ) from None
         except psycopg.Error as exc:
             raise PgStoreError(
-                f"Postgres store {self.shown_url}: {action} failed: {_clean(str(exc), self.url)}"
+                f"Postgres store {self.shown_url}: {action} failed: {redact_message(str(exc), self.url)}"
             ) from None
 
     def _why_unreachable(self) -> str:
@@ -437,7 +420,7 @@ class PgStore(VectorStore):
         try:
             psycopg.connect(self.url, connect_timeout=3).close()
         except psycopg.Error as exc:
-            return _clean(str(exc), self.url)
+            return redact_message(str(exc), self.url)
         return "the server answers again; retry"
 
     def _table(self) -> Any:
@@ -746,7 +729,7 @@ class PgSink:
             yield
         except psycopg.Error as exc:
             raise PgStoreError(
-                f"Postgres store {self.shown_url}: {action} failed: {_clean(str(exc), self.url)}"
+                f"Postgres store {self.shown_url}: {action} failed: {redact_message(str(exc), self.url)}"
             ) from None
 
     def close(self) -> None:
