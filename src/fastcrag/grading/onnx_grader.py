@@ -156,6 +156,11 @@ class OnnxCrossEncoderReranker:
             hits |= fresh
         return [hits[t] for t in texts]
 
+    def clear_cache(self) -> None:
+        """Forget every cached result (for benchmarks that must pay each forward pass)."""
+        with self._lock:
+            self._cache.clear()
+
     def logits(self, query: str, texts: Sequence[str]) -> list[float]:
         """Grade logits of (query, text) pairs: the relevance logit, fused with the span margin when read."""
         return [g for g, _ in self._cached(query, texts)]
