@@ -14,6 +14,7 @@ from fastcrag.evaluation import report as rp
 from fastcrag.evaluation.abstention import (
     VARIANTS,
     AbstentionConfig,
+    rewrite_lines,
     score_response,
     summaries,
     truthfulness_gains,
@@ -116,6 +117,20 @@ def test_score_response_reads_the_trace() -> None:
     assert rec["outcome"] == "abstained" and rec["band"] == "INCORRECT" and rec["top_score"] == 0.1
     rec = score_response({"answer": "Rollo did.", "crag": {"action": "refine"}}, "answerable", ["Rollo"], "n/a")
     assert rec["outcome"] == "correct" and rec["action"] == "refine"
+
+
+def test_rewritten_questions_are_told_apart_by_where_their_own_paragraph_went() -> None:
+    verdicts = [{"source": "A#1", "score": 0.2}, {"source": "A#2", "score": 0.1}, {"source": "A#1", "score": 0.3}]
+    result = {"answer": "I don't know.", "crag": {"action": "abstain", "rewriter": "keyword", "verdicts": verdicts}}
+    graded = score_response(result, "answerable", ["x"], "I don't know.", "A#1")
+    missed = score_response(result, "answerable", ["x"], "I don't know.", "B#0")
+    assert graded["gold_score"] == 0.3 and missed["gold_score"] is None
+    high = {**graded, "gold_score": 0.9}
+    records = [{**r, "crag": True, "kind": "answerable"} for r in (graded, missed, high)]
+    line = rewrite_lines(records, threshold=0.35)[0]
+    assert "rewritten (CRAG on, all generators): 3" in line
+    assert "never retrieved in 1" in line and "below reranker_threshold in 1" in line and "above it in 1" in line
+    assert rewrite_lines([{**r, "crag": False} for r in records], 0.35) == []
 
 
 # ---------------------------------------------------------------------------------------------- reports

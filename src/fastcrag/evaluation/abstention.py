@@ -32,7 +32,7 @@ from fastcrag.evaluation.scoring import (
     summarize,
 )
 
-VERSION = 3  # 3: hybrid first pass and the keyword rewrite
+VERSION = 4  # 3: hybrid first pass and the keyword rewrite; 4: gold_score, distractors
 
 VARIANTS = ("crag", "threshold", "plain")
 """The graph configurations compared per generator: CRAG on; CRAG off abstaining below reranker_threshold
@@ -76,13 +76,19 @@ def variant_of(record: Mapping[str, Any]) -> str:
 
 
 def score_response(
-    result: Mapping[str, Any], kind: str, answers: Sequence[str], abstain_message: str
+    result: Mapping[str, Any], kind: str, answers: Sequence[str], abstain_message: str, source: str = ""
 ) -> dict[str, Any]:
-    """The scored record of one graph response."""
+    """The scored record of one graph response.
+
+    `gold_score` is the best grade of a passage from the question's own paragraph `source` among those graded
+    (both retrievals when a rewrite ran), None when none was retrieved.
+    """
     crag = result.get("crag") or {}
     answer = str(result.get("answer") or "")
     abstained = is_abstention(answer, crag.get("action"), abstain_message)
+    gold = [float(v["score"]) for v in crag.get("verdicts") or [] if source and v.get("source") == source]
     return {
+        "gold_score": max(gold) if gold else None,
         "kind": kind,
         "answer": answer,
         "action": crag.get("action"),
@@ -132,7 +138,7 @@ def run(cfg: AbstentionConfig, settings: Settings) -> int:
                 for q, g, variant in todo:
                     t0 = time.perf_counter()
                     result = graphs[g].invoke({"question": q.question}, context=variant_context(variant))
-                    record = score_response(result, q.kind, q.answers, settings.abstain_message)
+                    record = score_response(result, q.kind, q.answers, settings.abstain_message, q.source)
                     record |= {
                         "qid": question_id(q),
                         "question": q.question,
@@ -305,6 +311,29 @@ def action_table(sums: Mapping[str, Mapping[str, Summary]]) -> str:
     )
 
 
+def rewrite_lines(records: Sequence[Mapping[str, Any]], threshold: float) -> list[str]:
+    """Why the answerable questions that went to a rewrite (CRAG on) were or were not rescued.
+
+    A rescue needs a passage of the question's own paragraph graded at or above `threshold`; a grader miss (the
+    paragraph retrieved but graded below it) cannot be rescued, since every candidate is graded against the
+    user's question.
+    """
+    tried = [
+        r for r in records if r.get("crag") and r["kind"] == "answerable" and r.get("rewriter") and "gold_score" in r
+    ]
+    if not tried:
+        return []
+    missed = sum(r["gold_score"] is None for r in tried)
+    below = sum(r["gold_score"] is not None and r["gold_score"] < threshold for r in tried)
+    return [
+        f"Answerable questions rewritten (CRAG on, all generators): {len(tried)}. Their own paragraph was never "
+        f"retrieved in {missed} (a retrieval miss the retry did not repair); it was retrieved but graded below "
+        f"reranker_threshold in {below} (a grader miss: no retry can repair it, because candidates are graded "
+        f"against the user's question); graded at or above it in {len(tried) - missed - below}.",
+        "",
+    ]
+
+
 def write_report(
     cfg: AbstentionConfig,
     log: ResultLog,
@@ -384,6 +413,7 @@ def write_report(
         "",
         action_table(sums),
         "",
+        *rewrite_lines(records, lower),
         "## Grader scores",
         "",
         "![score distributions](score_distributions.png) ![precision vs coverage](precision_coverage.png)",
