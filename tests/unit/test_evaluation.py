@@ -417,3 +417,20 @@ def test_results_page_stitches_reports(tmp_path: Path) -> None:
     out = tmp_path / "docs" / "RESULTS.md"
     write_results(tmp_path, out, ["x"])
     assert out.read_text().startswith("# Results")
+
+
+def test_distractors_come_only_from_articles_nobody_asked_about() -> None:
+    from fastcrag.evaluation.datasets import distractor_documents
+
+    squad = {
+        "data": [
+            {"title": t, "paragraphs": [{"context": f"{t} text {i}", "qas": []} for i in range(2)]}
+            for t in ("Asked", "Corpus", "Free_1", "Free_2", "Free_3")
+        ]
+    }
+    docs = distractor_documents(squad, {"Asked", "Corpus"}, 2, seed=3)
+    titles = {d.source.split("#")[0] for d in docs}
+    assert len(titles) == 2 and titles <= {"Free_1", "Free_2", "Free_3"} and len(docs) == 4
+    assert docs == distractor_documents(squad, {"Asked", "Corpus"}, 2, seed=3)  # seeded
+    assert distractor_documents(squad, set(), 0, seed=3) == []
+    assert len(distractor_documents(squad, {"Asked"}, 99, seed=3)) == 8  # at most what there is

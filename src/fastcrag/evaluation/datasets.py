@@ -104,9 +104,9 @@ def distractor_documents(squad: dict[str, Any], exclude_titles: set[str], n: int
     They make the corpus big enough for first-pass retrieval to miss: a question's own article competes with
     articles it was not asked of.
     """
-    articles = [a for a in squad["data"] if str(a["title"]) not in exclude_titles]
     if n <= 0:
         return []
+    articles = [a for a in squad["data"] if str(a["title"]) not in exclude_titles]
     chosen = random.Random(seed).sample(articles, min(n, len(articles)))
     docs, _ = squad_corpus_and_questions({"data": chosen})
     return docs
