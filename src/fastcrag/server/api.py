@@ -54,7 +54,6 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit
 
 import orjson
 from pydantic import Field, TypeAdapter, ValidationError
@@ -66,7 +65,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from fastcrag.config.settings import Context, Settings, redact_url
+from fastcrag.config.settings import Context, Settings, redact_url, url_passwords
 from fastcrag.server import app as console_app
 
 log = logging.getLogger("fastcrag.server")
@@ -118,9 +117,7 @@ class Service:
 
     def redact(self, text: str) -> str:
         """`text` with every configured secret (URLs, their passwords, the key) and URL password replaced."""
-        for secret in self.secrets:
-            text = text.replace(secret, "***")
-        return redact_url(text)
+        return _redacted(text, self.secrets)
 
     def scrub(self, body: bytes) -> bytes:
         """A serialized run output with the configured secrets replaced (node failures quote their exceptions).
@@ -138,16 +135,19 @@ class Service:
         return self.redact(f"{type(exc).__name__}: {first}" if first else type(exc).__name__)
 
 
+def _redacted(text: str, secrets: list[str]) -> str:
+    """`text` with each of `secrets` and any URL password replaced."""
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return redact_url(text)
+
+
 def _secrets(settings: Settings) -> list[str]:
     found: list[str] = []
     for url in (settings.checkpoints, settings.store):
         if not url:
             continue
-        found.append(url)
-        with contextlib.suppress(ValueError):
-            password = urlsplit(url).password
-            if password:
-                found.append(password)
+        found += [url, *url_passwords(url)]
     if settings.api_key is not None and settings.api_key.get_secret_value():
         found.append(settings.api_key.get_secret_value())
     return sorted(found, key=len, reverse=True)  # longest first: a URL before the password inside it
@@ -958,10 +958,9 @@ def _startup_reason(exc: BaseException) -> str:
     except Exception:
         secrets = []
     text = (str(exc).strip().splitlines() or [""])[0][:400]
-    for secret in secrets:
-        text = text.replace(secret, "***")
     kind = type(exc).__name__
-    return redact_url(text if kind in ("CheckpointsError", "CalibrationError", "IndexLoadError") else f"{kind}: {text}")
+    own = kind in ("CheckpointsError", "CalibrationError", "IndexLoadError")  # their messages name the cause
+    return _redacted(text if own else f"{kind}: {text}", secrets)
 
 
 def create_app(start: StartService | None = None, settings: Settings | None = None) -> Server:
