@@ -225,6 +225,7 @@ def parser() -> argparse.ArgumentParser:
     rel.add_argument("--server", help="run the load against this LangGraph server URL instead of in-process")
     rel.set_defaults(func=cmd_reliability)
 
+    from fastcrag.evaluation.bench_speed import add_commands as add_bench_speed
     from fastcrag.evaluation.bench_store import add_commands as add_bench_store
     from fastcrag.evaluation.cli import add_commands as add_evaluation
     from fastcrag.server.cli import add_commands as add_server
@@ -233,6 +234,7 @@ def parser() -> argparse.ArgumentParser:
     add_training(sub)
     add_evaluation(sub)
     add_bench_store(sub)
+    add_bench_speed(sub)
     add_server(sub)
     return p
 

@@ -16,7 +16,6 @@ import re
 import signal
 import statistics
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +23,10 @@ from typing import Any
 
 import httpx
 import pytest
-from test_server import CRAG_KEYS, OFF_CORPUS, OFFLINE_ENV, QUESTIONS, free_port, report, sse_events
+from test_server import CRAG_KEYS, OFF_CORPUS, OFFLINE_ENV, QUESTIONS, report, sse_events
+
+from fastcrag.server import launch
+from fastcrag.server.launch import ServerProcess, ServerStartError, fastcrag_command, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -65,11 +67,6 @@ def with_password(url: str, password: str = PASSWORD) -> str:
     return changed
 
 
-def fastcrag_command() -> list[str]:
-    exe = Path(sys.executable).parent / "fastcrag"
-    return [str(exe)] if exe.exists() else [sys.executable, "-m", "fastcrag.cli"]
-
-
 def serve_env(**extra: str) -> dict[str, str]:
     env = {**os.environ, **OFFLINE_ENV, **extra}
     for name in ("FASTRAG_API_KEY", "FASTRAG_CHECKPOINTS", "PROMETHEUS_MULTIPROC_DIR"):
@@ -81,16 +78,15 @@ def serve_env(**extra: str) -> dict[str, str]:
 class Served:
     """A running `fastcrag serve`."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], url: str, log: Path, start_s: float) -> None:
-        self.proc = proc
-        self.url = url
-        self.log = log
-        self.start_s = start_s
-        self.client = httpx.Client(base_url=url, timeout=300.0, headers={"Authorization": f"Bearer {KEY}"})
+    def __init__(self, process: ServerProcess) -> None:
+        self.process = process
+        self.url = process.url
+        self.start_s = process.start_s
+        self.client = httpx.Client(base_url=process.url, timeout=300.0, headers={"Authorization": f"Bearer {KEY}"})
         self.seen: list[str] = []  # every response body, checked for secrets at the end
 
     def log_text(self) -> str:
-        return self.log.read_text(encoding="utf-8", errors="replace")
+        return self.process.log_text()
 
     def get(self, path: str, **kwargs: Any) -> httpx.Response:
         resp = self.client.get(path, **kwargs)
@@ -117,35 +113,15 @@ class Served:
 
 
 @contextlib.contextmanager
-def run_serve(log_dir: Path, env: dict[str, str], *args: str, ready_timeout_s: float = 300.0) -> Iterator[Served]:
+def run_serve(log_dir: Path, env: dict[str, str], *args: str) -> Iterator[Served]:
     """Start `fastcrag serve` on a free loopback port; yield once every worker is ready; stop it."""
-    port = free_port()
-    log = log_dir / f"serve-{port}.log"
-    cmd = [*fastcrag_command(), "serve", "--port", str(port), "--workers", str(WORKERS), *args]
-    started = time.perf_counter()
-    with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
     try:
-        deadline = started + ready_timeout_s
-        while log.read_text(errors="replace").count(" ready: graph crag") < WORKERS:
-            if proc.poll() is not None:
-                pytest.fail(f"fastcrag serve exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
-            if time.perf_counter() > deadline:
-                pytest.fail(f"fastcrag serve not ready after {ready_timeout_s:.0f} s:\n{log.read_text()[-4000:]}")
-            time.sleep(0.25)
-        assert httpx.get(f"{url}/ok", timeout=10).json() == {"ok": True}
-        served = Served(proc, url, log, time.perf_counter() - started)
-        yield served
-        served.client.close()
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=30)
+        with launch.serve(log_dir, env, *args, workers=WORKERS) as process:
+            served = Served(process)
+            yield served
+            served.client.close()
+    except ServerStartError as exc:
+        pytest.fail(str(exc))
 
 
 @pytest.fixture(scope="module")

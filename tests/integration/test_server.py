@@ -9,12 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
-import signal
-import socket
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,19 +18,13 @@ from typing import Any
 import httpx
 import pytest
 
+from fastcrag.server import launch
+from fastcrag.server.launch import ServerProcess, ServerStartError, langgraph_dev
+
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-OFFLINE_ENV = {
-    "LANGGRAPH_CLI_NO_ANALYTICS": "1",
-    "LANGSMITH_TRACING": "false",
-    "LANGCHAIN_TRACING_V2": "false",
-    "LANGSMITH_API_KEY": "",
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "TOKENIZERS_PARALLELISM": "false",
-    "FASTRAG_LLM": "extractive",
-}
+OFFLINE_ENV = {**launch.OFFLINE_ENV, "FASTRAG_LLM": "extractive"}
 QUESTIONS = [
     "How does the with statement work?",
     "What is a generator function?",
@@ -76,34 +65,17 @@ CRAG_KEYS = {
 }
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def langgraph_command() -> list[str]:
-    exe = Path(sys.executable).parent / "langgraph"
-    if exe.exists():
-        return [str(exe)]
-    found = shutil.which("langgraph")
-    if found:
-        return [found]
-    return [sys.executable, "-m", "langgraph_cli"]
-
-
 class Server:
     """A running `langgraph dev` subprocess."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], url: str, log: Path, start_s: float) -> None:
-        self.proc = proc
-        self.url = url
-        self.log = log
-        self.start_s = start_s
-        self.client = httpx.Client(base_url=url, timeout=300.0)
+    def __init__(self, process: ServerProcess) -> None:
+        self.process = process
+        self.url = process.url
+        self.start_s = process.start_s
+        self.client = httpx.Client(base_url=process.url, timeout=300.0)
 
     def log_text(self) -> str:
-        return self.log.read_text(encoding="utf-8", errors="replace")
+        return self.process.log_text()
 
     def assistant_id(self) -> str:
         found = self.client.post("/assistants/search", json={"graph_id": "crag", "limit": 10}).json()
@@ -122,42 +94,15 @@ class Server:
 
 
 @contextlib.contextmanager
-def run_server(log_dir: Path, *, ready_timeout_s: float = 240.0) -> Iterator[Server]:
-    """Start `langgraph dev` in the repository root on a free loopback port; yield once /ok answers; kill it."""
-    port = free_port()
-    log = log_dir / f"langgraph-dev-{port}.log"
-    state_dir = ROOT / ".langgraph_api"
-    had_state = state_dir.exists()
-    env = {**os.environ, **OFFLINE_ENV}
-    cmd = [*langgraph_command(), "dev", "--host", "127.0.0.1", "--port", str(port), "--no-browser", "--no-reload"]
-    started = time.perf_counter()
-    with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
+def run_server(log_dir: Path) -> Iterator[Server]:
+    """Start `langgraph dev` in the repository root on a free loopback port; yield once /ok answers; stop it."""
     try:
-        deadline = started + ready_timeout_s
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"langgraph dev exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/ok", timeout=2.0).status_code == 200:
-                    break
-            if time.perf_counter() > deadline:
-                pytest.fail(f"langgraph dev not ready after {ready_timeout_s:.0f} s:\n{log.read_text()[-4000:]}")
-            time.sleep(0.25)
-        server = Server(proc, url, log, time.perf_counter() - started)
-        yield server
-        server.client.close()
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=20)
-        if not had_state:
-            shutil.rmtree(state_dir, ignore_errors=True)
+        with langgraph_dev(ROOT, log_dir, {**os.environ, **OFFLINE_ENV}) as process:
+            server = Server(process)
+            yield server
+            server.client.close()
+    except ServerStartError as exc:
+        pytest.fail(str(exc))
 
 
 @pytest.fixture(scope="module")

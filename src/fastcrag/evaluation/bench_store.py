@@ -247,7 +247,13 @@ def bench_faiss(
 
 
 def bench_pgvector(
-    url: str, base: np.ndarray, queries: np.ndarray, truth: np.ndarray, k: int, ef_values: Sequence[int]
+    url: str,
+    base: np.ndarray,
+    queries: np.ndarray,
+    truth: np.ndarray,
+    k: int,
+    ef_values: Sequence[int],
+    memory_limit_mb: int = 2048,
 ) -> list[StoreResult]:
     """Load `base` into a fresh collection with COPY (binary), build its HNSW index, and query it through PgStore."""
     from psycopg import sql
@@ -273,7 +279,9 @@ def bench_pgvector(
         copy_s = time.perf_counter() - started
         conn.execute("UPDATE fastcrag_collections SET chunks = %s WHERE id = %s", (n, collection.id))
         started = time.perf_counter()
-        used = build_hnsw_index(conn, collection, m=HNSW_M, ef_construction=HNSW_EF_CONSTRUCTION)
+        used = build_hnsw_index(
+            conn, collection, m=HNSW_M, ef_construction=HNSW_EF_CONSTRUCTION, memory_limit_mb=memory_limit_mb
+        )
         index_s = time.perf_counter() - started
         conn.execute(sql.SQL("ANALYZE {}").format(table))
     finally:
@@ -478,7 +486,9 @@ def run(args: argparse.Namespace) -> int:
             truth, results = bench_faiss(base, queries, args.k, args.ef_search, stores)
             report.results += results
             if "pgvector-hnsw" in stores:
-                report.results += bench_pgvector(url, base, queries, truth, args.k, args.ef_search)
+                report.results += bench_pgvector(
+                    url, base, queries, truth, args.k, args.ef_search, args.hnsw_build_memory
+                )
             del base
         if args.rss_sizes:
             print(f"bench-store: indexing RSS at {args.rss_sizes} chunks ...", file=sys.stderr, flush=True)
@@ -515,6 +525,13 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
         nargs="*",
         default=[10_000, 100_000],
         help="chunks per indexing-memory run (none: skip)",
+    )
+    b.add_argument(
+        "--hnsw-build-memory",
+        type=int,
+        default=2048,
+        metavar="MB",
+        help="most maintenance_work_mem for pgvector's HNSW build (past it the build goes to disk, much slower)",
     )
     b.add_argument("--store", help="Postgres URL to use (default: start the bundled one in a temporary folder)")
     b.add_argument("--data-root", default=DATA, help="shared data folder holding scifact/")

@@ -625,12 +625,18 @@ def _hnsw(collection: Collection) -> str:
 
 
 def build_hnsw_index(
-    conn: psycopg.Connection[Any], collection: Collection, *, m: int = 16, ef_construction: int = 64
+    conn: psycopg.Connection[Any],
+    collection: Collection,
+    *,
+    m: int = 16,
+    ef_construction: int = 64,
+    memory_limit_mb: int = 2048,
 ) -> str | None:
     """Create the collection's HNSW index when it is missing, with memory and workers sized for the rows.
 
-    `maintenance_work_mem` is set (for this statement only) so the graph fits in memory up to 2 GB, and
-    `max_parallel_maintenance_workers` to the cores but one (at most 7).
+    `maintenance_work_mem` is set (for this statement only) so the graph fits in memory up to `memory_limit_mb`
+    (past it pgvector builds on disk, several times slower), and `max_parallel_maintenance_workers` to the cores
+    but one (at most 7).
 
     Returns:
         The settings it was built with, or None when the index was there.
@@ -644,7 +650,7 @@ def build_hnsw_index(
     rows = _chunks(conn, collection)
     graph_mb = int(rows * (collection.dim * 4 + 24 * m) * 1.3 / 2**20) + 64
     workers = max(0, min(7, (os.cpu_count() or 2) - 1))
-    memory = f"{min(graph_mb, 2048)}MB"
+    memory = f"{min(graph_mb, memory_limit_mb)}MB"
     with conn.transaction():
         conn.execute("SELECT set_config('maintenance_work_mem', %s, true)", (memory,))
         conn.execute("SELECT set_config('max_parallel_maintenance_workers', %s, true)", (str(workers),))

@@ -1,0 +1,312 @@
+"""`fastcrag bench-speed`: every speed figure of the ask and served paths in one run, each beside its target.
+
+Sections (each prints when it finishes; `--skip` leaves sections out):
+- core: the graph in this process over `QUESTIONS`, CRAG off and on interleaved, the grader cache cleared before each
+  run (so every run pays its own forward passes, as a new question does): retrieval total P50/P95 with CRAG off
+  (query embedding + search + reranking) and crag_ms with CRAG on, plus the stages behind them;
+- serve: `fastcrag serve --workers N` `/runs/wait` against the same graph in this process over the same questions,
+  interleaved and new to both sides; then `langgraph dev` (the Studio path, its queue polled) the same way, beside it;
+- cold: `fastcrag ask` in a new process to its answer, and `fastcrag serve` start to its first answer (median of 3
+  after one discarded run, so the file cache is warm);
+- embedder: `fastcrag bench-embedder`'s int8 vs fp32 table (throughput ratio, query P50, cosine, SciFact nDCG@10).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+from fastcrag.evaluation.report import percentile
+
+VERSION = 1
+SECTIONS = ("core", "serve", "cold", "embedder")
+TARGETS = {"retrieval total P50 ms (CRAG off)": 120.0, "crag_ms P50 (CRAG on)": 20.0, "serve overhead P50 ms": 100.0}
+QUESTIONS = [
+    "How does the with statement work?",
+    "What does the yield keyword do?",
+    "How are default argument values evaluated?",
+    "What is the difference between is and ==?",
+    "How do I define a class?",
+    "What does the global statement do?",
+    "How does try/finally behave when the try block returns?",
+    "What is a lambda expression?",
+    "How does slicing work on sequences?",
+    "What does the assert statement do?",
+    "How do f-strings format values?",
+    "What are the augmented assignment statements?",
+    "How does the import statement find modules?",
+    "What does the nonlocal statement do?",
+    "Who won the 2018 FIFA World Cup?",
+    "What is the boiling point of water at sea level?",
+    "Who painted the Mona Lisa?",
+    "What is the capital of Australia?",
+    "How many moons does Jupiter have?",
+    "When did the Berlin Wall fall?",
+]
+
+
+def _p50_p95(values: Sequence[float]) -> tuple[float, float]:
+    return percentile(values, 50), percentile(values, 95)
+
+
+def _verdict(value: float, target: float) -> str:
+    return f"{value:.1f} vs <= {target:g}: {'met' if value <= target else 'MISSED'}"
+
+
+class LocalGraph:
+    """The default graph in this process, each run paying its own forward passes (grader cache cleared first)."""
+
+    def __init__(self) -> None:
+        """Build the graph over the default index and load every model."""
+        from fastcrag.graph.builder import build_graph
+        from fastcrag.retrieval.indexing import ensure_default_index
+
+        ensure_default_index()
+        self.graph = build_graph()
+        parts = self.graph.parts  # type: ignore[attr-defined]  # build_graph attaches its Components
+        parts.warm_up()
+        self._clear: Callable[[], None] = getattr(parts.reranker(), "clear_cache", lambda: None)
+        self.invoke("warm-up: what is a module?")
+
+    def invoke(self, question: str, context: Any = None) -> dict[str, Any]:
+        """One cold-cache run."""
+        self._clear()
+        out: dict[str, Any] = self.graph.invoke({"question": question}, context=context)
+        return out
+
+
+def core(local: LocalGraph, questions: Sequence[str]) -> dict[str, Any]:
+    """Stage P50/P95 and the action mix, CRAG off and on interleaved question by question."""
+    from fastcrag.config.settings import Context
+    from fastcrag.evaluation.bench import retrieval_total
+
+    variants = {"CRAG off": Context(crag_enabled=False), "CRAG on": Context()}
+    stages: dict[str, dict[str, list[float]]] = {v: {} for v in variants}
+    actions: dict[str, Counter[str]] = {v: Counter() for v in variants}
+    for q in questions:
+        for label, context in variants.items():
+            out = local.invoke(q, context)
+            timings = out["crag"]["timings"]
+            actions[label][out["crag"]["action"]] += 1
+            for stage, ms in {**timings, "retrieval_total_ms": retrieval_total(timings)}.items():
+                stages[label].setdefault(stage, []).append(float(ms))
+    report: dict[str, Any] = {}
+    for label in variants:
+        report[label] = {s: dict(zip(("p50", "p95"), _p50_p95(v), strict=True)) for s, v in stages[label].items()}
+        report[label]["actions"] = dict(actions[label])
+        rows = "  ".join(f"{s}={v['p50']:.1f}/{v['p95']:.1f}" for s, v in report[label].items() if s != "actions")
+        print(f"  {label}, P50/P95 ms over {len(questions)} questions: {rows}; actions {dict(actions[label])}")
+    return report
+
+
+def served_against_local(
+    wait: Callable[[str], dict[str, Any]], local: LocalGraph, questions: Sequence[str]
+) -> dict[str, float]:
+    """`/runs/wait` vs in-process, interleaved; also how much of each lies inside the graph's own stages."""
+    served_ms: list[float] = []
+    local_ms: list[float] = []
+    served_in: list[float] = []
+    local_in: list[float] = []
+    for q in questions:
+        t = time.perf_counter()
+        out = wait(q)
+        served_ms.append((time.perf_counter() - t) * 1000)
+        served_in.append(sum(out["crag"]["timings"].values()))
+        t = time.perf_counter()
+        mine = local.invoke(q)
+        local_ms.append((time.perf_counter() - t) * 1000)
+        local_in.append(sum(mine["crag"]["timings"].values()))
+    figures = {
+        "served P50 ms": statistics.median(served_ms),
+        "served P95 ms": percentile(served_ms, 95),
+        "in-process P50 ms": statistics.median(local_ms),
+        "in-process P95 ms": percentile(local_ms, 95),
+        "served outside the graph P50 ms": statistics.median(s - i for s, i in zip(served_ms, served_in, strict=True)),
+        "in-process outside the graph P50 ms": statistics.median(
+            s - i for s, i in zip(local_ms, local_in, strict=True)
+        ),
+    }
+    figures["overhead P50 ms"] = figures["served P50 ms"] - figures["in-process P50 ms"]
+    return figures
+
+
+def _waiter(url: str) -> Callable[[str], dict[str, Any]]:
+    import httpx
+
+    client = httpx.Client(base_url=url, timeout=300.0)
+
+    def wait(question: str) -> dict[str, Any]:
+        resp = client.post("/runs/wait", json={"assistant_id": "crag", "input": {"question": question}})
+        resp.raise_for_status()
+        out: dict[str, Any] = resp.json()
+        if "crag" not in out:
+            raise RuntimeError(f"/runs/wait answered without a trace: {str(out)[:300]}")
+        return out
+
+    return wait
+
+
+def serve_section(local: LocalGraph, questions: Sequence[str], workers: int, project: Path) -> dict[str, Any]:
+    """`fastcrag serve` and `langgraph dev` against the in-process graph, each over questions new to it."""
+    import os
+
+    from fastcrag.server import launch
+
+    env = {**os.environ, **launch.OFFLINE_ENV}
+    for name in ("FASTRAG_API_KEY", "PROMETHEUS_MULTIPROC_DIR"):
+        env.pop(name, None)
+    report: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="fastcrag-bench-speed-") as tmp:
+        env.setdefault("FASTRAG_CHECKPOINTS", str(Path(tmp) / "threads.sqlite"))
+        servers: dict[str, Callable[[], AbstractContextManager[launch.ServerProcess]]] = {
+            f"fastcrag serve --workers {workers}": lambda: launch.serve(Path(tmp), env, workers=workers),
+            "langgraph dev": lambda: launch.langgraph_dev(project, Path(tmp), env),
+        }
+        for name, start in servers.items():
+            try:
+                with start() as server:
+                    wait = _waiter(server.url)
+                    wait("warm-up: what is a package?")  # the first run may still load models
+                    figures = served_against_local(wait, local, questions)
+            except launch.ServerStartError as exc:
+                print(f"  {name}: not measured: {str(exc).splitlines()[0]}")
+                report[name] = {"error": str(exc).splitlines()[0]}
+                continue
+            figures["start to ready s"] = server.start_s
+            report[name] = figures
+            print(
+                f"  {name}: /runs/wait P50 {figures['served P50 ms']:.0f} ms (P95 {figures['served P95 ms']:.0f}) vs "
+                f"in-process {figures['in-process P50 ms']:.0f} ms (P95 {figures['in-process P95 ms']:.0f}): "
+                f"{figures['overhead P50 ms']:+.0f} ms; outside the graph's stages "
+                f"{figures['served outside the graph P50 ms']:.0f} vs "
+                f"{figures['in-process outside the graph P50 ms']:.0f} ms; ready in {server.start_s:.1f} s"
+            )
+    return report
+
+
+def cold_section(questions: Sequence[str], repeats: int = 3) -> dict[str, float]:
+    """`fastcrag ask` in a new process to its answer; `fastcrag serve --workers 1` start to its first answer."""
+    import os
+    import subprocess
+
+    from fastcrag.server import launch
+
+    env = {**os.environ, **launch.OFFLINE_ENV}
+    env.pop("FASTRAG_API_KEY", None)
+    asks: list[float] = []
+    for q in questions[: repeats + 1]:
+        t = time.perf_counter()
+        subprocess.run([*launch.fastcrag_command(), "ask", q], env=env, check=True, capture_output=True)
+        asks.append(time.perf_counter() - t)
+    serves: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="fastcrag-bench-cold-") as tmp:
+        env.setdefault("FASTRAG_CHECKPOINTS", str(Path(tmp) / "threads.sqlite"))
+        for q in questions[: repeats + 1]:
+            t = time.perf_counter()
+            with launch.serve(Path(tmp), env, workers=1) as server:
+                _waiter(server.url)(q)
+                serves.append(time.perf_counter() - t)
+    figures = {
+        "ask to answer s": statistics.median(asks[1:]),
+        "serve start to first answer s": statistics.median(serves[1:]),
+    }
+    print(
+        f"  `fastcrag ask` to the answer: {figures['ask to answer s']:.2f} s; `fastcrag serve` start to the first "
+        f"answer: {figures['serve start to first answer s']:.2f} s (medians of {repeats}, after one discarded run)"
+    )
+    return figures
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the sections, print each and the targets, and write the JSON report when asked."""
+    from fastcrag.evaluation.common import machine_note
+
+    skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    unknown = sorted(skip - set(SECTIONS))
+    if unknown:
+        print(
+            f"fastcrag: error: unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}",
+            file=sys.stderr,
+        )
+        return 2
+    questions = QUESTIONS[: args.questions]
+    report: dict[str, Any] = {"version": VERSION, "machine": machine_note(), "questions": len(questions)}
+    print(f"bench-speed: {report['machine']}")
+    local = LocalGraph() if {"core", "serve"} - skip else None
+    if local is not None and "core" not in skip:
+        print("core (in-process, grader cache cleared before each run):")
+        report["core"] = core(local, questions)
+    if local is not None and "serve" not in skip:
+        print("serve (interleaved with the in-process graph, questions new to both):")
+        report["serve"] = serve_section(local, questions, args.workers, Path(args.project))
+    if "cold" not in skip:
+        print("cold start:")
+        report["cold"] = cold_section(questions)
+    if "embedder" not in skip:
+        from fastcrag.evaluation.bench_embedder import embedder_benchmark
+
+        print("embedder (int8 ONNX vs fp32 sentence-transformers):")
+        beir = Path(args.beir) if args.beir else None
+        report["embedder"] = embedder_benchmark(beir=beir, rounds=args.rounds, threads=args.threads)
+    print("\ntargets:")
+    for line in target_lines(report):
+        print(f"  {line}")
+    if args.out:
+        from fastcrag.fileio import write_json_atomic
+
+        write_json_atomic(Path(args.out), report)
+    return 0
+
+
+def target_lines(report: dict[str, Any]) -> list[str]:
+    """The measured figure beside each target of the sections that ran."""
+    lines = []
+    if "core" in report:
+        total = report["core"]["CRAG off"]["retrieval_total_ms"]["p50"]
+        key = "retrieval total P50 ms (CRAG off)"
+        lines.append(f"{key}: {_verdict(total, TARGETS[key])}")
+        crag = report["core"]["CRAG on"].get("crag_ms", {"p50": 0.0})["p50"]
+        key = "crag_ms P50 (CRAG on)"
+        lines.append(f"{key}: {_verdict(crag, TARGETS[key])}")
+    for name, figures in report.get("serve", {}).items():
+        if "overhead P50 ms" in figures:
+            target = TARGETS["serve overhead P50 ms"] if name.startswith("fastcrag serve") else float("inf")
+            shown = (
+                _verdict(figures["overhead P50 ms"], target)
+                if target < float("inf")
+                else f"{figures['overhead P50 ms']:+.0f} (reported beside it; its queue is polled)"
+            )
+            lines.append(f"{name} /runs/wait overhead P50 ms: {shown}")
+    if "cold" in report:
+        cold = report["cold"]
+        lines.append(
+            f"cold start: ask {cold['ask to answer s']:.2f} s, serve to first answer "
+            f"{cold['serve start to first answer s']:.2f} s (reported)"
+        )
+    if "embedder" in report:
+        lines.append("embedder: see the targets printed under its table")
+    return lines
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add `bench-speed` to the main CLI's subparsers."""
+    b = subparsers.add_parser(
+        "bench-speed", help="every speed figure in one run: retrieval, CRAG, served vs in-process, cold start, embedder"
+    )
+    b.add_argument("--questions", type=int, default=len(QUESTIONS), help=f"questions, at most {len(QUESTIONS)}")
+    b.add_argument("--workers", type=int, default=2, help="`fastcrag serve` workers (default: 2)")
+    b.add_argument("--project", default=".", help="folder with langgraph.json, for the `langgraph dev` row")
+    b.add_argument("--skip", default="", help=f"comma-separated sections to leave out, from {', '.join(SECTIONS)}")
+    b.add_argument("--beir", default="../shared/data/scifact", help="SciFact BEIR folder for the embedder's nDCG row")
+    b.add_argument("--rounds", type=int, default=3, help="embedder throughput rounds (default: 3)")
+    b.add_argument("--threads", type=int, default=2, help="embedder threads (default: 2)")
+    b.add_argument("--out", help="also write the report as JSON here")
+    b.set_defaults(func=run)
