@@ -72,7 +72,7 @@ class Components:
             if is_postgres_url(s.store):
                 from fastcrag.retrieval.pgstore import PgStore  # psycopg is in the optional `postgres` extra
 
-                given = PgStore(s.store, default_embeddings(), s.collection)
+                given = PgStore(s.store, default_embeddings(), s.collection, ef_search=s.ef_search)
             else:
                 from fastcrag.retrieval.indexing import ensure_default_index
 

@@ -64,11 +64,17 @@ def test_settings_from_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
     monkeypatch.setenv("FASTRAG_INDEX_DIR", str(tmp_path))
     monkeypatch.setenv("FASTRAG_LLM", "extractive")
     monkeypatch.setenv("FASTRAG_PLAIN", "true")
+    monkeypatch.setenv("FASTRAG_EF_SEARCH", "400")
     s = Settings()
     assert s.plain is True and Settings.model_fields["plain"].description
+    assert s.ef_search == 400
     assert (s.crag_enabled, s.crag_max_rewrites, s.crag_strip_min_tokens) == (False, 0, 3)
     assert s.index_dir == tmp_path and s.llm == "extractive"
     monkeypatch.setenv("FASTRAG_CRAG_MAX_REWRITES", "-1")
+    with pytest.raises(ValidationError):
+        Settings()
+    monkeypatch.setenv("FASTRAG_CRAG_MAX_REWRITES", "0")
+    monkeypatch.setenv("FASTRAG_EF_SEARCH", "5000")  # pgvector caps hnsw.ef_search at 1000
     with pytest.raises(ValidationError):
         Settings()
 

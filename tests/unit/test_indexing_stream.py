@@ -109,3 +109,17 @@ def test_errors_never_show_the_password() -> None:
     with pytest.raises(PgStoreError, match="collection name"):
         check_collection_name("bad name; drop table")
     assert check_collection_name("docs_v2.en-1") == "docs_v2.en-1"
+
+
+def test_default_index_folder_is_per_embedder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from fastcrag.retrieval.indexing import default_index_dir
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("FASTRAG_EMBEDDER", raising=False)
+    base = default_index_dir()
+    monkeypatch.setenv("FASTRAG_EMBEDDER", "sentence-transformers")
+    assert default_index_dir() == base  # the default, named
+    monkeypatch.setenv("FASTRAG_EMBEDDER", "onnx-int8")
+    assert default_index_dir() == base.with_name(base.name + "-onnx-int8")
+    monkeypatch.setenv("FASTRAG_EMBEDDER", "/models/my embedder/")
+    assert default_index_dir() == base.with_name(base.name + "-models-my-embedder")

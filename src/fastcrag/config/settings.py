@@ -43,6 +43,13 @@ class Settings(BaseSettings):
         pattern=r"^[A-Za-z0-9_.-]+$",
         description="The index name: one collection per name in a Postgres store; a run reads only this one.",
     )
+    ef_search: int = Field(
+        100,
+        ge=10,
+        le=1000,
+        description="pgvector HNSW ef_search, at least 2 x top_k per query: recall against speed (at 1M vectors "
+        "recall@10 is about 0.84 at 100, 0.95 at 400).",
+    )
     checkpoints: str = Field(
         "",
         description="Where threads keep their history: a Postgres URL, or a SQLite file (the user's data folder "

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import shutil
 import sys
 import time
@@ -275,10 +276,21 @@ def build_index(
 
 
 def default_index_dir() -> Path:
-    """Where the embedded Python-reference index lives: the user's cache folder, one per Python version."""
+    """Where the embedded Python-reference index lives: the user's cache folder, one per Python version and embedder.
+
+    The default embedder's index has no suffix; another `FASTRAG_EMBEDDER` gets its own folder, so switching between
+    embedders does not rebuild the index each time.
+    """
     from platformdirs import user_cache_dir
 
-    return Path(user_cache_dir("fastcrag")) / f"python-reference-{sys.version_info.major}.{sys.version_info.minor}"
+    from fastcrag.config.settings import Settings
+    from fastcrag.retrieval.embeddings import ST_SPEC
+
+    name = f"python-reference-{sys.version_info.major}.{sys.version_info.minor}"
+    spec = Settings().embedder.strip()
+    if spec not in ("", ST_SPEC):
+        name += "-" + re.sub(r"[^A-Za-z0-9.]+", "-", spec).strip("-")[-60:]
+    return Path(user_cache_dir("fastcrag")) / name
 
 
 def ensure_default_index(chunk_tokens: int = 128, chunk_overlap: int = 24, progress: bool = True) -> Path:

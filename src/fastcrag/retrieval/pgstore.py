@@ -338,6 +338,7 @@ class PgStore(VectorStore):
         create: bool = False,
         pool_size: int = 4,
         timeout: float = 5.0,
+        ef_search: int = DEFAULT_EF_SEARCH,
     ) -> None:
         """Connect, migrate the schema when behind, and open the collection.
 
@@ -348,6 +349,7 @@ class PgStore(VectorStore):
             create: Create the collection when it does not exist (else that is an error).
             pool_size: Most connections held at once.
             timeout: Seconds to wait for a working connection before a search fails.
+            ef_search: HNSW's candidate list size for dense search (raised to 2k for a larger k).
 
         Raises:
             PgStoreError: connecting, pgvector, the collection or the embedder does not fit (the message says which).
@@ -357,6 +359,7 @@ class PgStore(VectorStore):
         self.shown_url = redact_url(url)
         self.embedding = embedding
         self.timeout = timeout
+        self.ef_search = ef_search
         conn = connect(url)
         try:
             self.collection = open_collection(conn, url, collection, embedding, create=create)
@@ -451,8 +454,8 @@ class PgStore(VectorStore):
         Args:
             vector: The query embedding.
             k: How many chunks.
-            ef_search: HNSW's candidate list size (recall against speed); when None, DEFAULT_EF_SEARCH or 2k,
-                whichever is larger (at most 1000).
+            ef_search: HNSW's candidate list size (recall against speed); when None, the store's `ef_search` or
+                2k, whichever is larger (at most 1000).
         """
         from psycopg import sql
 
@@ -463,7 +466,7 @@ class PgStore(VectorStore):
         with self._connection("dense search") as conn, conn.transaction():
             conn.execute(
                 "SELECT set_config('hnsw.ef_search', %s, true)",
-                (str(min(1000, ef_search or max(DEFAULT_EF_SEARCH, 2 * k))),),
+                (str(min(1000, ef_search or max(self.ef_search, 2 * k))),),
             )
             rows = conn.execute(query, {"q": _vector(vector), "k": k}).fetchall()
         return [(_document(row), float(row[4])) for row in rows]
