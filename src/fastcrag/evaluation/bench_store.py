@@ -208,7 +208,13 @@ def _timed(search: Any, queries: np.ndarray, warmup: int = 10) -> tuple[list[lis
 
 
 def bench_faiss(
-    base: np.ndarray, queries: np.ndarray, k: int, ef_values: Sequence[int], stores: Sequence[str]
+    base: np.ndarray,
+    queries: np.ndarray,
+    k: int,
+    ef_values: Sequence[int],
+    stores: Sequence[str],
+    m: int = HNSW_M,
+    ef_construction: int = HNSW_EF_CONSTRUCTION,
 ) -> tuple[np.ndarray, list[StoreResult]]:
     """Exact ground truth from a flat index, then the flat and HNSW stores' speed and recall."""
     import faiss
@@ -228,8 +234,8 @@ def bench_faiss(
         )
     if "faiss-hnsw" in stores:
         started = time.perf_counter()
-        hnsw = faiss.IndexHNSWFlat(dim, HNSW_M, faiss.METRIC_INNER_PRODUCT)
-        hnsw.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
+        hnsw = faiss.IndexHNSWFlat(dim, m, faiss.METRIC_INNER_PRODUCT)
+        hnsw.hnsw.efConstruction = ef_construction
         hnsw.add(base)
         build_s = time.perf_counter() - started
         for ef in ef_values:
@@ -239,7 +245,7 @@ def bench_faiss(
             results.append(
                 StoreResult(
                     "faiss-hnsw", n, build_s, n / build_s, ef, p50, p95, _recall(found, truth, k),
-                    f"M={HNSW_M}, efConstruction={HNSW_EF_CONSTRUCTION}",
+                    f"M={m}, efConstruction={ef_construction}",
                 )
             )  # fmt: skip
         del hnsw
@@ -254,6 +260,8 @@ def bench_pgvector(
     k: int,
     ef_values: Sequence[int],
     memory_limit_mb: int = 2048,
+    m: int = HNSW_M,
+    ef_construction: int = HNSW_EF_CONSTRUCTION,
 ) -> list[StoreResult]:
     """Load `base` into a fresh collection with COPY (binary), build its HNSW index, and query it through PgStore."""
     from psycopg import sql
@@ -279,17 +287,15 @@ def bench_pgvector(
         copy_s = time.perf_counter() - started
         conn.execute("UPDATE fastcrag_collections SET chunks = %s WHERE id = %s", (n, collection.id))
         started = time.perf_counter()
-        used = build_hnsw_index(
-            conn, collection, m=HNSW_M, ef_construction=HNSW_EF_CONSTRUCTION, memory_limit_mb=memory_limit_mb
-        )
+        used = build_hnsw_index(conn, collection, m=m, ef_construction=ef_construction, memory_limit_mb=memory_limit_mb)
         index_s = time.perf_counter() - started
         conn.execute(sql.SQL("ANALYZE {}").format(table))
     finally:
         conn.close()
     build_s = copy_s + index_s
     note = (
-        f"COPY (binary) {copy_s:.1f} s + HNSW index {index_s:.1f} s (m={HNSW_M}, ef_construction="
-        f"{HNSW_EF_CONSTRUCTION}, {used}); queries through PgStore"
+        f"COPY (binary) {copy_s:.1f} s + HNSW index {index_s:.1f} s (m={m}, ef_construction="
+        f"{ef_construction}, {used}); queries through PgStore"
     )
     results = []
     with PgStore(url, embedder, name, pool_size=1) as store:
@@ -483,11 +489,21 @@ def run(args: argparse.Namespace) -> int:
                 )
             else:
                 base = synthetic_vectors(sample, n, args.seed + n)
-            truth, results = bench_faiss(base, queries, args.k, args.ef_search, stores)
+            truth, results = bench_faiss(
+                base, queries, args.k, args.ef_search, stores, m=args.hnsw_m, ef_construction=args.ef_construction
+            )
             report.results += results
             if "pgvector-hnsw" in stores:
                 report.results += bench_pgvector(
-                    url, base, queries, truth, args.k, args.ef_search, args.hnsw_build_memory
+                    url,
+                    base,
+                    queries,
+                    truth,
+                    args.k,
+                    args.ef_search,
+                    memory_limit_mb=args.hnsw_build_memory,
+                    m=args.hnsw_m,
+                    ef_construction=args.ef_construction,
                 )
             del base
         if args.rss_sizes:
@@ -525,6 +541,13 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
         nargs="*",
         default=[10_000, 100_000],
         help="chunks per indexing-memory run (none: skip)",
+    )
+    b.add_argument("--hnsw-m", type=int, default=HNSW_M, help=f"HNSW graph degree m (default: {HNSW_M})")
+    b.add_argument(
+        "--ef-construction",
+        type=int,
+        default=HNSW_EF_CONSTRUCTION,
+        help=f"HNSW ef_construction (default: {HNSW_EF_CONSTRUCTION})",
     )
     b.add_argument(
         "--hnsw-build-memory",
