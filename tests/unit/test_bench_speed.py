@@ -17,6 +17,8 @@ from fastcrag.server import launch
 def test_unknown_section_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench-speed", "--skip", "core,warp"]) == 2
     assert "unknown section(s) warp" in capsys.readouterr().err
+    assert main(["bench-speed", "--questions", "0"]) == 2
+    assert "--questions must be between 1 and 20" in capsys.readouterr().err
 
 
 def test_target_lines_mark_met_and_missed() -> None:
