@@ -30,8 +30,9 @@ from typing import Any
 import numpy as np
 from langchain_core.embeddings import Embeddings
 
+from fastcrag.config.settings import HNSW_BUILD_MEMORY_MB, HNSW_EF_CONSTRUCTION, HNSW_M
+
 STORES = ("faiss-flat", "faiss-hnsw", "pgvector-hnsw")
-HNSW_M, HNSW_EF_CONSTRUCTION = 16, 64  # pgvector's defaults, used for both HNSW stores
 TARGET_RECALL, TARGET_P50_MS, TARGET_RSS_GROWTH = 0.95, 20.0, 0.20
 DATA = "../shared/data"
 
@@ -259,7 +260,7 @@ def bench_pgvector(
     truth: np.ndarray,
     k: int,
     ef_values: Sequence[int],
-    memory_limit_mb: int = 2048,
+    memory_limit_mb: int = HNSW_BUILD_MEMORY_MB,
     m: int = HNSW_M,
     ef_construction: int = HNSW_EF_CONSTRUCTION,
 ) -> list[StoreResult]:
@@ -552,7 +553,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     b.add_argument(
         "--hnsw-build-memory",
         type=int,
-        default=2048,
+        default=HNSW_BUILD_MEMORY_MB,
         metavar="MB",
         help="most maintenance_work_mem for pgvector's HNSW build (past it the build goes to disk, much slower)",
     )

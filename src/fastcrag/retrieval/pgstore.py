@@ -34,7 +34,14 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
-from fastcrag.config.settings import redact_message, redact_url
+from fastcrag.config.settings import (
+    DEFAULT_EF_SEARCH,
+    HNSW_BUILD_MEMORY_MB,
+    HNSW_EF_CONSTRUCTION,
+    HNSW_M,
+    redact_message,
+    redact_url,
+)
 from fastcrag.retrieval.lexical import _idf, words
 from fastcrag.retrieval.store import IndexLoadError
 
@@ -72,9 +79,6 @@ MIGRATIONS: list[list[str]] = [
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 MAX_DIM = 2000  # pgvector's HNSW limit for `vector`
-#: HNSW search breadth: `fastcrag bench-store` at 100k MiniLM-shaped vectors measured recall@10 0.87 at 40 (pgvector's
-#: default), 0.95 at 100 and 0.98 at 200, for query P50 4.6 / 7.8 / 12.9 ms on a loaded 2-core machine.
-DEFAULT_EF_SEARCH = 100
 _SCHEMA_LOCK = 0x66617374637261  # advisory lock key ("fastcra") serialising migrations
 _WRITER_LOCK = 0x66637267  # advisory lock class ("fcrg"; int4), one lock per collection id, held by a writer
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,63}$")
@@ -631,9 +635,9 @@ def build_hnsw_index(
     conn: psycopg.Connection[Any],
     collection: Collection,
     *,
-    m: int = 16,
-    ef_construction: int = 64,
-    memory_limit_mb: int = 2048,
+    m: int = HNSW_M,
+    ef_construction: int = HNSW_EF_CONSTRUCTION,
+    memory_limit_mb: int = HNSW_BUILD_MEMORY_MB,
 ) -> str | None:
     """Create the collection's HNSW index when it is missing, with memory and workers sized for the rows.
 
