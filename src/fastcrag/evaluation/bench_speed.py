@@ -19,8 +19,8 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -134,24 +134,26 @@ def served_against_local(
     return figures
 
 
-def _waiter(url: str) -> Callable[[str], dict[str, Any]]:
+@contextmanager
+def _runs_wait(url: str) -> Iterator[Callable[[str], dict[str, Any]]]:
+    """`/runs/wait` of the server at `url`, one question at a time (its client closed on leaving)."""
     import httpx
 
-    client = httpx.Client(base_url=url, timeout=300.0)
+    with httpx.Client(base_url=url, timeout=300.0) as client:
 
-    def wait(question: str) -> dict[str, Any]:
-        resp = client.post("/runs/wait", json={"assistant_id": "crag", "input": {"question": question}})
-        resp.raise_for_status()
-        out: dict[str, Any] = resp.json()
-        if "crag" not in out:
-            raise RuntimeError(f"/runs/wait answered without a trace: {str(out)[:300]}")
-        return out
+        def wait(question: str) -> dict[str, Any]:
+            resp = client.post("/runs/wait", json={"assistant_id": "crag", "input": {"question": question}})
+            resp.raise_for_status()
+            out: dict[str, Any] = resp.json()
+            if "crag" not in out:
+                raise RuntimeError(f"/runs/wait answered without a trace: {str(out)[:300]}")
+            return out
 
-    return wait
+        yield wait
 
 
-def serve_section(local: LocalGraph, questions: Sequence[str], workers: int, project: Path) -> dict[str, Any]:
-    """`fastcrag serve` and `langgraph dev` against the in-process graph, each over questions new to it."""
+def _server_env(scratch: Path) -> dict[str, str]:
+    """This environment, offline, without a key or a metrics folder; threads in `scratch` unless set."""
     import os
 
     from fastcrag.server import launch
@@ -159,17 +161,25 @@ def serve_section(local: LocalGraph, questions: Sequence[str], workers: int, pro
     env = {**os.environ, **launch.OFFLINE_ENV}
     for name in ("FASTRAG_API_KEY", "PROMETHEUS_MULTIPROC_DIR"):
         env.pop(name, None)
+    env.setdefault("FASTRAG_CHECKPOINTS", str(scratch / "threads.sqlite"))
+    return env
+
+
+def serve_section(local: LocalGraph, questions: Sequence[str], workers: int, project: Path) -> dict[str, Any]:
+    """`fastcrag serve` and `langgraph dev` against the in-process graph, each over questions new to it."""
+    from fastcrag.server import launch
+
     report: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="fastcrag-bench-speed-") as tmp:
-        env.setdefault("FASTRAG_CHECKPOINTS", str(Path(tmp) / "threads.sqlite"))
+        scratch = Path(tmp)
+        env = _server_env(scratch)
         servers: dict[str, Callable[[], AbstractContextManager[launch.ServerProcess]]] = {
-            f"fastcrag serve --workers {workers}": lambda: launch.serve(Path(tmp), env, workers=workers),
-            "langgraph dev": lambda: launch.langgraph_dev(project, Path(tmp), env),
+            f"fastcrag serve --workers {workers}": lambda: launch.serve(scratch, env, workers=workers),
+            "langgraph dev": lambda: launch.langgraph_dev(project, scratch, env),
         }
         for name, start in servers.items():
             try:
-                with start() as server:
-                    wait = _waiter(server.url)
+                with start() as server, _runs_wait(server.url) as wait:
                     wait("warm-up: what is a package?")  # the first run may still load models
                     figures = served_against_local(wait, local, questions)
             except launch.ServerStartError as exc:
@@ -190,32 +200,30 @@ def serve_section(local: LocalGraph, questions: Sequence[str], workers: int, pro
 
 def cold_section(questions: Sequence[str], repeats: int = 3) -> dict[str, float]:
     """`fastcrag ask` in a new process to its answer; `fastcrag serve --workers 1` start to its first answer."""
-    import os
     import subprocess
 
     from fastcrag.server import launch
 
-    env = {**os.environ, **launch.OFFLINE_ENV}
-    env.pop("FASTRAG_API_KEY", None)
     asks: list[float] = []
     serves: list[float] = []
-    try:
-        for q in questions[: repeats + 1]:
-            t = time.perf_counter()
-            done = subprocess.run([*launch.fastcrag_command(), "ask", q], env=env, capture_output=True, text=True)
-            if done.returncode != 0:
-                raise launch.ServerStartError(f"`fastcrag ask` exited with {done.returncode}: {done.stderr[-500:]}")
-            asks.append(time.perf_counter() - t)
-        with tempfile.TemporaryDirectory(prefix="fastcrag-bench-cold-") as tmp:
-            env.setdefault("FASTRAG_CHECKPOINTS", str(Path(tmp) / "threads.sqlite"))
+    with tempfile.TemporaryDirectory(prefix="fastcrag-bench-cold-") as tmp:
+        scratch = Path(tmp)
+        env = _server_env(scratch)
+        try:
             for q in questions[: repeats + 1]:
                 t = time.perf_counter()
-                with launch.serve(Path(tmp), env, workers=1) as server:
-                    _waiter(server.url)(q)
+                done = subprocess.run([*launch.fastcrag_command(), "ask", q], env=env, capture_output=True, text=True)
+                if done.returncode != 0:
+                    raise launch.ServerStartError(f"`fastcrag ask` exited with {done.returncode}: {done.stderr[-500:]}")
+                asks.append(time.perf_counter() - t)
+            for q in questions[: repeats + 1]:
+                t = time.perf_counter()
+                with launch.serve(scratch, env, workers=1) as server, _runs_wait(server.url) as wait:
+                    wait(q)
                     serves.append(time.perf_counter() - t)
-    except launch.ServerStartError as exc:
-        print(f"  not measured: {str(exc).splitlines()[0]}")
-        return {}
+        except launch.ServerStartError as exc:
+            print(f"  not measured: {str(exc).splitlines()[0]}")
+            return {}
     figures = {
         "ask to answer s": statistics.median(asks[1:]),
         "serve start to first answer s": statistics.median(serves[1:]),
