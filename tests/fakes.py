@@ -113,3 +113,36 @@ class HashEmbeddings(Embeddings):
 
     def embed_query(self, text: str) -> list[float]:
         return self.encode([text])[0].tolist()
+
+
+class ScriptedChat(BaseChatModel):
+    """Structured output answers each call with the next scripted reply, returned as it is (a dict, unvalidated).
+
+    A reply that is an exception is raised; a callable is called with the call's prompt and its result used.
+    Past the end of the script, the last reply repeats.
+    """
+
+    replies: list[Any] = Field(default_factory=list)
+    prompts: list[str] = Field(default_factory=list)
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted"
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
+        raise NotImplementedError("ScriptedChat answers structured calls only")
+
+    def with_structured_output(self, schema: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        def run(messages: Any) -> Any:
+            prompt = "\n".join(str(m.content) for m in messages)
+            self.prompts.append(prompt)
+            reply = self.replies[min(len(self.prompts), len(self.replies)) - 1]
+            if callable(reply):
+                reply = reply(prompt)
+            if isinstance(reply, BaseException):
+                raise reply
+            return reply
+
+        return RunnableLambda(run)

@@ -127,10 +127,12 @@ def format_result(result: dict[str, Any]) -> str:
 
 def cmd_ask(args: argparse.Namespace) -> int:
     """Answer one question."""
+    from fastcrag.components import Components
     from fastcrag.graph.builder import build_graph
 
-    graph = build_graph(settings=_settings(args))
-    graph.parts.warm_up()  # type: ignore[attr-defined]  # load errors are reported plainly, timings are warm
+    parts = Components(_settings(args))
+    parts.warm_up()  # load errors are reported plainly, timings are warm
+    graph = build_graph(parts=parts)
     result = graph.invoke({"question": args.question})
     result.pop("messages", None)
     print(json.dumps(result, ensure_ascii=False, indent=2) if args.json else format_result(result))
@@ -140,7 +142,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """Derive the thresholds from labelled questions."""
     from fastcrag.config.calibration import PACKAGED_CALIBRATION
-    from fastcrag.grading.calibrate import calibrate
+    from fastcrag.fitting.calibrate import calibrate
     from fastcrag.grading.reranker import default_reranker_spec, load_reranker
 
     settings = _settings(args)
@@ -228,10 +230,12 @@ def parser() -> argparse.ArgumentParser:
     from fastcrag.evaluation.bench_speed import add_commands as add_bench_speed
     from fastcrag.evaluation.bench_store import add_commands as add_bench_store
     from fastcrag.evaluation.cli import add_commands as add_evaluation
+    from fastcrag.fitting.cli import add_commands as add_fitting
     from fastcrag.server.cli import add_commands as add_server
     from fastcrag.training.cli import add_commands as add_training
 
     add_training(sub)
+    add_fitting(sub)
     add_evaluation(sub)
     add_bench_store(sub)
     add_bench_speed(sub)

@@ -5,7 +5,7 @@ Parts are methods, not properties: LangGraph inspects node closures with `getatt
 
 from __future__ import annotations
 
-import threading
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,11 +14,15 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.vectorstores import VectorStore
 
-from fastcrag.config.calibration import Calibration, load_calibration
-from fastcrag.config.settings import RunConfig, Settings, resolve
+from fastcrag.cache import Lazy
+from fastcrag.config.calibration import Calibration, CalibrationError, IndexFit, index_fit, load_calibration
+from fastcrag.config.settings import Context, RunConfig, Settings, as_context, is_postgres_url, resolve
+from fastcrag.generation.chat import load_chat_model
 from fastcrag.generation.generators import ChatGenerator, ExtractiveGenerator, Generator
 from fastcrag.grading.reranker import Reranker, default_reranker_spec, load_reranker
+from fastcrag.retrieval.embeddings import default_embeddings
 from fastcrag.retrieval.hybrid import HybridRetriever, SearchableStore
+from fastcrag.retrieval.indexing import ensure_default_index
 from fastcrag.retrieval.store import FaissStore
 
 EXTRACTIVE = "extractive"
@@ -41,16 +45,15 @@ class Components:
         self._reranker = reranker
         self._llm = llm
         self._calibration = calibration
-        self._lock = threading.RLock()
-        self._loaded: dict[str, Any] = {}
+        self._loaded: dict[str, Lazy[Any]] = {}
+        self._run_configs = functools.lru_cache(maxsize=64)(self._resolve)
 
     def _once(self, key: str, load: Callable[[], Any]) -> Any:
         """Load a part once (thread-safe); a failed load is retried on the next call."""
-        if key not in self._loaded:
-            with self._lock:
-                if key not in self._loaded:
-                    self._loaded[key] = load()
-        return self._loaded[key]
+        part = self._loaded.get(key)
+        if part is None:
+            part = self._loaded.setdefault(key, Lazy(load))  # atomic: racing threads share one `Lazy`
+        return part.get()
 
     def retriever(self) -> BaseRetriever:
         """The retriever: a `HybridRetriever` in the configured mode over a FAISS or Postgres store, or the given one.
@@ -65,17 +68,12 @@ class Components:
         if isinstance(given, BaseRetriever):
             return given
         if given is None:
-            from fastcrag.config.settings import is_postgres_url
-            from fastcrag.retrieval.embeddings import default_embeddings
-
             s = self.settings
             if is_postgres_url(s.store):
                 from fastcrag.retrieval.pgstore import PgStore  # psycopg is in the optional `postgres` extra
 
                 given = PgStore(s.store, default_embeddings(), s.collection, ef_search=s.ef_search)
             else:
-                from fastcrag.retrieval.indexing import ensure_default_index
-
                 folder = s.index_dir or ensure_default_index(s.chunk_tokens, s.chunk_overlap)
                 given = FaissStore.load(folder, default_embeddings())
         if isinstance(given, SearchableStore):  # FaissStore, PgStore: dense, lexical or hybrid
@@ -89,8 +87,30 @@ class Components:
     def _load_reranker(self) -> Reranker:
         given = self._reranker
         if given is None or isinstance(given, str):
-            return load_reranker(given or self.settings.reranker or default_reranker_spec())
+            fit = self.index_fit() if not (given or self.settings.reranker) else None
+            fitted = str(fit.grader) if fit and fit.grader else None
+            return load_reranker(given or self.settings.reranker or fitted or default_reranker_spec())
         return given
+
+    def index_fit(self) -> IndexFit | None:
+        """The fit installed with the configured FAISS index (`fastcrag fit --install`).
+
+        It is used unless settings or arguments name a grader or a calibration.
+
+        Raises:
+            CalibrationError: the installed fit is incomplete, or was made with another embedder.
+        """
+        s = self.settings
+        if self._retriever is not None or s.index_dir is None or is_postgres_url(s.store):
+            return None
+        fit = index_fit(s.index_dir)
+        embedder = getattr(default_embeddings(), "name", "")
+        if fit is not None and fit.embedder and fit.embedder != embedder:
+            raise CalibrationError(
+                f"the fit installed in {s.index_dir} was made with embedder {fit.embedder!r}, not {embedder!r}; "
+                "set FASTRAG_EMBEDDER to it, or run `fastcrag fit --install` again"
+            )
+        return fit
 
     def generator(self) -> Generator:
         """The generator and rewriter."""
@@ -101,8 +121,6 @@ class Components:
         if isinstance(given, str):
             if given == EXTRACTIVE:
                 return ExtractiveGenerator(self.reranker(), self.calibration().reader_threshold)
-            from fastcrag.generation.chat import load_chat_model
-
             model = load_chat_model(given, self.settings.max_new_tokens, self.settings.llm_timeout_s)
             return ChatGenerator(model, self.settings.llm_timeout_s, name=given)
         if isinstance(given, BaseChatModel):
@@ -117,10 +135,21 @@ class Components:
         if isinstance(self._calibration, Calibration):
             return self._calibration
         path = self._calibration or self.settings.calibration
+        if path is None and self._reranker is None and not self.settings.reranker and (fit := self.index_fit()):
+            path = fit.calibration
         return load_calibration(path, expected_model=self.reranker().name)
 
     def run_config(self, context: Any) -> RunConfig:
-        """Settings for one run: environment, calibration, then the run's context overrides."""
+        """Settings for one run: environment, calibration, then the run's context overrides.
+
+        Resolved once per distinct context: every node of a run asks, and gets the same object.
+
+        Raises:
+            ValueError: the calibration cannot be loaded, or an override is out of bounds.
+        """
+        return self._run_configs(as_context(context))
+
+    def _resolve(self, context: Context) -> RunConfig:
         return resolve(self.settings, self.calibration().thresholds(), context)
 
     def warm_up(self) -> None:

@@ -25,8 +25,8 @@ import httpx
 import pytest
 from test_server import CRAG_KEYS, OFF_CORPUS, OFFLINE_ENV, QUESTIONS, report, sse_events
 
-from fastcrag.server import launch
-from fastcrag.server.launch import ServerProcess, ServerStartError, fastcrag_command, free_port
+from fastcrag.evaluation import launch
+from fastcrag.evaluation.launch import ServerProcess, ServerStartError, fastcrag_command, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -137,13 +137,22 @@ def served(tmp_path_factory: pytest.TempPathFactory, checkpoints_url: str) -> It
 
 
 @pytest.fixture(scope="module")
-def local_graph() -> Any:
-    """The same graph in this process (no checkpointer): the reference answers and latencies."""
-    from fastcrag import build_graph
+def local_parts() -> Any:
+    """The graph's parts, loaded and warmed up in this process."""
+    from fastcrag.components import Components
     from fastcrag.config.settings import Settings
 
-    graph = build_graph(settings=Settings(llm="extractive"))
-    graph.parts.warm_up()  # type: ignore[attr-defined]
+    parts = Components(Settings(llm="extractive"))
+    parts.warm_up()
+    return parts
+
+
+@pytest.fixture(scope="module")
+def local_graph(local_parts: Any) -> Any:
+    """The same graph in this process (no checkpointer): the reference answers and latencies."""
+    from fastcrag import build_graph
+
+    graph = build_graph(parts=local_parts)
     graph.invoke({"question": QUESTIONS[0]})
     return graph
 
@@ -296,7 +305,7 @@ def test_runs_stream_events(served: Served) -> None:
 
 
 def test_thread_continues_across_separately_started_graphs(
-    served: Served, local_graph: Any, checkpoints_url: str
+    served: Served, local_parts: Any, checkpoints_url: str
 ) -> None:
     """Turn 1 through the server, turn 2 in this process's own graph on the same Postgres, turn 3 on the server."""
     from fastcrag import build_graph
@@ -309,15 +318,8 @@ def test_thread_continues_across_separately_started_graphs(
     assert [m["type"] for m in first["messages"]] == ["human", "ai"]
 
     async def continue_here() -> tuple[dict[str, Any], dict[str, Any]]:
-        parts = local_graph.parts
         async with open_checkpointer(Settings(checkpoints=checkpoints_url)) as saver:
-            graph = build_graph(
-                retriever=parts.retriever(),
-                reranker=parts.reranker(),
-                llm=parts.generator(),
-                calibration=parts.calibration(),
-                checkpointer=saver,
-            )
+            graph = build_graph(parts=local_parts, checkpointer=saver)
             config = {"configurable": {"thread_id": tid}}
             seen = (await graph.aget_state(config)).values
             out = await graph.ainvoke({"messages": [{"role": "user", "content": QUESTIONS[8]}]}, config)
@@ -337,7 +339,7 @@ def _lease(url: str, op: str, thread_id: str) -> bool:
     """Claim or release a thread's run lease from this process, as another worker would."""
     import psycopg
 
-    from fastcrag.server.threads import PostgresThreadRecords
+    from fastcrag.server.records import PostgresThreadRecords
 
     async def go() -> bool:
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
@@ -489,32 +491,32 @@ def test_unreachable_checkpoints_refuse_to_start_without_the_password() -> None:
 # ------------------------------------------------------------------------ in-process: outage and time limit
 
 
-def in_process_app(local_graph: Any, checkpoints: str, run_timeout_s: float) -> Any:
+def in_process_app(local_parts: Any, checkpoints: str, run_timeout_s: float) -> Any:
     """The server app over this process's loaded parts, with `checkpoints` and a run time limit."""
     from fastcrag import build_graph
+    from fastcrag.components import Components
     from fastcrag.config.settings import Settings
     from fastcrag.graph.checkpoints import open_checkpointer
-    from fastcrag.server.api import Server, ServeSettings, Service, _secrets
-    from fastcrag.server.threads import thread_records
-
-    parts = local_graph.parts
-
-    def graph(checkpointer: Any = None) -> Any:
-        return build_graph(
-            retriever=parts.retriever(),
-            reranker=parts.reranker(),
-            llm=parts.generator(),
-            calibration=parts.calibration(),
-            checkpointer=checkpointer,
-        )
+    from fastcrag.server.app import Server
+    from fastcrag.server.limits import ServeSettings
+    from fastcrag.server.records import thread_records
+    from fastcrag.server.service import Service
 
     async def start(stack: contextlib.AsyncExitStack) -> Service:
         settings = Settings(llm="extractive", checkpoints=checkpoints)
+        parts = Components(
+            settings,
+            retriever=local_parts.retriever(),
+            reranker=local_parts.reranker(),
+            llm=local_parts.generator(),
+            calibration=local_parts.calibration(),
+        )
         saver = await stack.enter_async_context(open_checkpointer(settings))
         threads = thread_records(saver)
         await threads.setup()
         limits = ServeSettings(run_timeout_s=run_timeout_s)
-        return Service(graph(saver), graph(), saver, threads, settings, limits, _secrets(settings))
+        graph, stateless = build_graph(parts=parts, checkpointer=saver), build_graph(parts=parts)
+        return Service(parts, graph, stateless, saver, threads, limits)
 
     return Server(start)
 
@@ -528,7 +530,7 @@ def assert_abstention(out: dict[str, Any], *reasons: str) -> None:
 
 
 def test_postgres_going_away_mid_thread_abstains_and_the_worker_keeps_serving(
-    local_graph: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    local_parts: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     from starlette.testclient import TestClient
 
@@ -536,7 +538,7 @@ def test_postgres_going_away_mid_thread_abstains_and_the_worker_keeps_serving(
 
     folder = tmp_path / "pg-outage"
     url = with_password(start_local_postgres(folder, "fastcrag_outage"))
-    app = in_process_app(local_graph, url, run_timeout_s=8.0)
+    app = in_process_app(local_parts, url, run_timeout_s=8.0)
     body = {"assistant_id": "crag", "input": {"question": QUESTIONS[0]}}
     with TestClient(app) as client:
         tid = client.post("/threads", json={}).json()["thread_id"]
@@ -571,10 +573,10 @@ def test_postgres_going_away_mid_thread_abstains_and_the_worker_keeps_serving(
     assert PASSWORD not in caplog.text
 
 
-def test_a_run_over_the_time_limit_abstains_and_the_stream_closes(local_graph: Any, tmp_path: Path) -> None:
+def test_a_run_over_the_time_limit_abstains_and_the_stream_closes(local_parts: Any, tmp_path: Path) -> None:
     from starlette.testclient import TestClient
 
-    app = in_process_app(local_graph, str(tmp_path / "threads.sqlite"), run_timeout_s=0.01)
+    app = in_process_app(local_parts, str(tmp_path / "threads.sqlite"), run_timeout_s=0.01)
     body = {"assistant_id": "crag", "input": {"question": QUESTIONS[0]}}
     with TestClient(app) as client:
         assert_abstention(client.post("/runs/wait", json=body).json(), "took longer than 0.01 s")

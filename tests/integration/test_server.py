@@ -18,8 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
-from fastcrag.server import launch
-from fastcrag.server.launch import ServerProcess, ServerStartError, langgraph_dev
+from fastcrag.evaluation import launch
+from fastcrag.evaluation.launch import ServerProcess, ServerStartError, langgraph_dev
 
 pytestmark = pytest.mark.integration
 
@@ -234,10 +234,12 @@ def test_console_page_and_assets_are_served(server: Server) -> None:
 
 def test_runs_wait_latency_against_in_process(server: Server, capsys: pytest.CaptureFixture[str]) -> None:
     from fastcrag import build_graph
+    from fastcrag.components import Components
     from fastcrag.config.settings import Settings
 
-    graph = build_graph(settings=Settings(llm="extractive"))
-    graph.parts.warm_up()  # type: ignore[attr-defined]
+    parts = Components(Settings(llm="extractive"))
+    parts.warm_up()
+    graph = build_graph(parts=parts)
     graph.invoke({"question": QUESTIONS[0]})
     server_ms, local_ms = [], []
     for q in (f"{q}?" for q in QUESTIONS):  # interleaved: both see the same machine load

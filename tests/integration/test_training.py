@@ -12,6 +12,7 @@ import pytest
 
 from fastcrag.grading.reader import is_reader
 from fastcrag.grading.reranker import load_reranker
+from fastcrag.modelmeta import read_model_meta
 
 pytestmark = pytest.mark.integration
 
@@ -76,7 +77,7 @@ def test_train_resume_and_export(tmp_path: Path, pairs_file: Path) -> None:
     second = _train_cli(run, pairs_file, "--epochs", "2", "--export", str(tmp_path / "onnx"))
     assert second["steps"] == second["total_steps"] == 8
     assert _log_steps(run) == [2, 4, 6, 8]
-    meta = json.loads((tmp_path / "onnx" / "fastcrag_model.json").read_text())
+    meta = read_model_meta(tmp_path / "onnx", required=True)
     assert meta["name"] == "grader-my-run" and meta["format"].startswith("onnx-int8")
 
     onnx = load_reranker(str(tmp_path / "onnx"))

@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 
 from fastcrag.cli import main
-from fastcrag.evaluation import bench_speed
-from fastcrag.server import launch
+from fastcrag.evaluation import bench_speed, launch
 
 
 def test_unknown_section_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from fastcrag.config.settings import Context
+from fastcrag.datasets import LabelledQuestion, read_qrels
 from fastcrag.evaluation import report as rp
 from fastcrag.evaluation.abstention import (
     VARIANTS,
@@ -25,7 +26,6 @@ from fastcrag.evaluation.abstention import (
 )
 from fastcrag.evaluation.bench import judge_cost, latency_table, retrieval_total, stage_values
 from fastcrag.evaluation.common import CachingReranker, calibration_sample, question_id, select_questions
-from fastcrag.evaluation.datasets import LabelledQuestion, read_qrels
 from fastcrag.evaluation.retrieval import doc_id, evaluate, rank_documents
 from fastcrag.evaluation.runlog import ConfigMismatchError, ResultLog, config_hash
 from fastcrag.evaluation.scoring import (
@@ -420,7 +420,7 @@ def test_results_page_stitches_reports(tmp_path: Path) -> None:
 
 
 def test_distractors_come_only_from_articles_nobody_asked_about() -> None:
-    from fastcrag.evaluation.datasets import distractor_documents
+    from fastcrag.datasets import distractor_documents
 
     squad = {
         "data": [

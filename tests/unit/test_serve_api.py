@@ -16,10 +16,14 @@ from langgraph.checkpoint.memory import InMemorySaver
 from starlette.testclient import TestClient
 
 from fastcrag import build_graph
+from fastcrag.components import Components
 from fastcrag.config.settings import Settings
-from fastcrag.server.api import ASSISTANT_ID, Server, ServeSettings, Service, _secrets
+from fastcrag.server.app import Server
+from fastcrag.server.assistants import ASSISTANT_ID
 from fastcrag.server.cli import is_loopback
-from fastcrag.server.threads import SqliteThreadRecords
+from fastcrag.server.limits import ServeSettings
+from fastcrag.server.records import SqliteThreadRecords
+from fastcrag.server.service import Service
 
 from fakes import CALIBRATION, FakeChat, ListRetriever, ScriptedReranker, doc
 
@@ -37,13 +41,9 @@ class FailingSaver(InMemorySaver):
 
 def make_client(tmp_path: Path, *, key: str | None = KEY, saver: Any = None, timeout_s: float = 30.0) -> TestClient:
     reranker = ScriptedReranker({"Eiffel": 0.95})
-    parts: dict[str, Any] = {
-        "retriever": ListRetriever(docs=[doc(GOOD, "c1")]),
-        "reranker": reranker,
-        "llm": FakeChat(),
-        "calibration": CALIBRATION,
-    }
     settings = Settings(checkpoints=SECRET_URL, api_key=key)
+    retriever = ListRetriever(docs=[doc(GOOD, "c1")])
+    parts = Components(settings, retriever=retriever, reranker=reranker, llm=FakeChat(), calibration=CALIBRATION)
 
     async def start(stack: AsyncExitStack) -> Service:
         conn = await aiosqlite.connect(str(tmp_path / "threads.sqlite"))
@@ -51,10 +51,10 @@ def make_client(tmp_path: Path, *, key: str | None = KEY, saver: Any = None, tim
         threads = SqliteThreadRecords(conn, asyncio.Lock())
         await threads.setup()
         checkpointer = saver if saver is not None else InMemorySaver()
-        graph = build_graph(checkpointer=checkpointer, settings=settings, **parts)
-        stateless = build_graph(settings=settings, **parts)
+        graph = build_graph(parts=parts, checkpointer=checkpointer)
+        stateless = build_graph(parts=parts)
         limits = ServeSettings(run_timeout_s=timeout_s)
-        return Service(graph, stateless, checkpointer, threads, settings, limits, _secrets(settings))
+        return Service(parts, graph, stateless, checkpointer, threads, limits)
 
     client = TestClient(Server(start, key), raise_server_exceptions=False)
     client.reranker = reranker  # type: ignore[attr-defined]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -73,3 +74,39 @@ def load_calibration(path: Path | None = None, expected_model: str | None = None
 
 def _reject_constant(name: str) -> float:
     raise ValueError(f"{name} is not a valid threshold")
+
+
+FIT_DIR = "fit"
+"""The folder inside a FAISS index that holds its installed fit (`fastcrag fit --install`)."""
+
+
+@dataclass(frozen=True)
+class IndexFit:
+    """A fit installed with an index: its calibration, its fitted grader (None: the base grader was kept)."""
+
+    calibration: Path
+    grader: Path | None
+    embedder: str
+
+
+def index_fit(index_dir: Path) -> IndexFit | None:
+    """The fit installed in a FAISS index folder, or None when it has none.
+
+    Raises:
+        CalibrationError: the fit is incomplete (its record or calibration unreadable, or the grader it names gone).
+    """
+    folder = index_dir / FIT_DIR
+    if not folder.is_dir():
+        return None
+    try:
+        record = json.loads((folder / "fit.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CalibrationError(
+            f"the fit installed in {folder} is damaged ({exc}); run `fastcrag fit --install`"
+        ) from None
+    calibration = folder / "calibration.json"
+    grader = folder / "grader" if record.get("grader") else None
+    if not calibration.is_file() or (grader is not None and not (grader / "model.onnx").is_file()):
+        missing = calibration if not calibration.is_file() else grader / "model.onnx"  # type: ignore[operator]
+        raise CalibrationError(f"the fit installed in {folder} is missing {missing}; run `fastcrag fit --install`")
+    return IndexFit(calibration, grader, str(record.get("embedder", "")))

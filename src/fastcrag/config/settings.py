@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+from urllib.parse import unquote, urlsplit
 
 from pydantic import Field, SecretStr, field_validator
+from pydantic.dataclasses import dataclass
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 #: The offline chat model (SmolLM2-135M-Instruct, GGUF, through llama-cpp-python).
@@ -23,6 +25,14 @@ DEFAULT_RETRIEVAL: RetrievalMode = "hybrid"
 #: `fastcrag bench-store` at 100k MiniLM-shaped vectors measured recall@10 0.87 at ef_search 40 (pgvector's
 #: default), 0.95 at 100 and 0.98 at 200; at 1M, 0.84 at 100 and 0.95 at 400 (README, docs/DEPLOY.md).
 HNSW_M, HNSW_EF_CONSTRUCTION, HNSW_BUILD_MEMORY_MB, DEFAULT_EF_SEARCH = 16, 64, 2048, 100
+
+# The per-run knobs' types and bounds, declared once: `Settings` (the environment), `Context` (a run's overrides)
+# and `RunConfig` (what a run uses) all take them from here, so an override is held to the same bounds as a setting.
+Rewrites = Annotated[int, Field(ge=0, le=3, description="Query rewrites allowed per question.")]
+StripMinTokens = Annotated[int, Field(ge=0, le=64, description="Shorter kept strips keep their chunk.")]
+Threshold = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+TopN = Annotated[int, Field(ge=1, le=20, description="Passages handed to the generator.")]
+Message = Annotated[str, Field(min_length=1, description="The answer given on abstention.")]
 
 
 class Settings(BaseSettings):
@@ -74,18 +84,18 @@ class Settings(BaseSettings):
         description="With crag_enabled false: plain RAG, no grading and no abstention; the top_n reranked "
         "candidates go to the generator whatever their band (false: threshold-only, abstain below the threshold).",
     )
-    crag_max_rewrites: int = Field(1, ge=0, le=3, description="Query rewrites allowed per question.")
-    crag_strip_min_tokens: int = Field(6, ge=0, le=64, description="Shorter kept strips keep their chunk.")
+    crag_max_rewrites: Rewrites = 1
+    crag_strip_min_tokens: StripMinTokens = 6
     retrieval: RetrievalMode = Field(
         DEFAULT_RETRIEVAL,
         description="First-pass retrieval: dense, lexical (BM25 over FAISS, full-text search over Postgres) or hybrid "
         "(both, fused by RRF).",
     )
     top_k: int = Field(20, ge=1, le=200, description="Candidates retrieved and reranked.")
-    top_n: int = Field(3, ge=1, le=20, description="Passages handed to the generator.")
+    top_n: TopN = 3
     chunk_tokens: int = Field(128, ge=16, le=512, description="Chunk size in embedder tokens.")
     chunk_overlap: int = Field(24, ge=0, le=256, description="Token overlap between consecutive chunks.")
-    abstain_message: str = Field("I don't know.", min_length=1, description="The answer given on abstention.")
+    abstain_message: Message = "I don't know."
     max_question_chars: int = Field(4000, ge=1, description="Longer questions are refused (abstain).")
     llm_timeout_s: float = Field(120.0, gt=0, description="Limit for one chat-model call.")
     max_new_tokens: int = Field(256, ge=8, le=4096, description="Generation length limit.")
@@ -120,8 +130,6 @@ def url_passwords(url: str) -> set[str]:
 
     As written and percent-decoded; empty when it has none.
     """
-    from urllib.parse import unquote, urlsplit
-
     try:
         password = urlsplit(url).password or ""
     except ValueError:
@@ -139,18 +147,24 @@ def redact_message(message: str, url: str) -> str:
     return " ".join(message.split())
 
 
-@dataclass
+@dataclass(frozen=True)
 class Context:
     """Per-run overrides (LangGraph `context_schema`): any field left as None takes the setting or calibration."""
 
     crag_enabled: bool | None = None
     plain: bool | None = None
-    crag_max_rewrites: int | None = None
-    crag_strip_min_tokens: int | None = None
-    reranker_threshold: float | None = None
-    crag_upper: float | None = None
-    top_n: int | None = None
-    abstain_message: str | None = None
+    crag_max_rewrites: Rewrites | None = None
+    crag_strip_min_tokens: StripMinTokens | None = None
+    reranker_threshold: Threshold | None = None
+    crag_upper: Threshold | None = None
+    top_n: TopN | None = None
+    abstain_message: Message | None = None
+
+
+KNOBS = tuple(f.name for f in fields(Context))
+"""The per-run knobs, in declaration order."""
+THRESHOLDS = ("reranker_threshold", "crag_upper")
+"""The knobs whose defaults come from calibration.json; every other knob defaults to the setting of its name."""
 
 
 @dataclass(frozen=True)
@@ -164,12 +178,12 @@ class RunConfig:
 
     crag_enabled: bool
     plain: bool
-    crag_max_rewrites: int
-    crag_strip_min_tokens: int
-    reranker_threshold: float
-    crag_upper: float
-    top_n: int
-    abstain_message: str
+    crag_max_rewrites: Rewrites
+    crag_strip_min_tokens: StripMinTokens
+    reranker_threshold: Threshold
+    crag_upper: Threshold
+    top_n: TopN
+    abstain_message: Message
     max_question_chars: int
 
     @property
@@ -178,33 +192,29 @@ class RunConfig:
         return self.plain and not self.crag_enabled
 
 
+def as_context(context: Any) -> Context:
+    """A run's context as a `Context`: a mapping's known keys (checked against the knobs' bounds), or no overrides.
+
+    Raises:
+        ValueError: a value is out of its knob's bounds.
+    """
+    if isinstance(context, Context):
+        return context
+    if isinstance(context, dict):
+        return Context(**{k: v for k, v in context.items() if k in KNOBS})
+    return Context()
+
+
 def resolve(settings: Settings, thresholds: tuple[float, float], context: Any) -> RunConfig:
     """Merge settings, calibrated thresholds and a run's context (a `Context`, a mapping, or None).
 
     Raises:
-        ValueError: an override is out of range (thresholds outside [0, 1] or upper below lower, negative counts).
+        ValueError: an override is out of its bounds, or the thresholds are out of order.
     """
-    if isinstance(context, dict):
-        known = {f.name for f in fields(Context)}
-        context = Context(**{k: v for k, v in context.items() if k in known})
-    ctx = context if isinstance(context, Context) else Context()
-    base: dict[str, Any] = {
-        "crag_enabled": settings.crag_enabled,
-        "plain": settings.plain,
-        "crag_max_rewrites": settings.crag_max_rewrites,
-        "crag_strip_min_tokens": settings.crag_strip_min_tokens,
-        "reranker_threshold": thresholds[0],
-        "crag_upper": thresholds[1],
-        "top_n": settings.top_n,
-        "abstain_message": settings.abstain_message,
-    }
-    for name in base:
-        value = getattr(ctx, name)
-        if value is not None:
-            base[name] = value
-    lower, upper = float(base["reranker_threshold"]), float(base["crag_upper"])
-    if not (0.0 <= lower <= upper <= 1.0):
+    ctx = as_context(context)
+    defaults = {**{k: getattr(settings, k) for k in KNOBS if k not in THRESHOLDS}, **dict(zip(THRESHOLDS, thresholds))}
+    merged = {k: defaults[k] if getattr(ctx, k) is None else getattr(ctx, k) for k in KNOBS}
+    if not (0.0 <= merged["reranker_threshold"] <= merged["crag_upper"] <= 1.0):
+        lower, upper = merged["reranker_threshold"], merged["crag_upper"]
         raise ValueError(f"thresholds must satisfy 0 <= reranker_threshold <= crag_upper <= 1, got {lower}, {upper}")
-    if int(base["crag_max_rewrites"]) < 0 or int(base["top_n"]) < 1 or int(base["crag_strip_min_tokens"]) < 0:
-        raise ValueError("crag_max_rewrites and crag_strip_min_tokens must be >= 0 and top_n >= 1")
-    return RunConfig(max_question_chars=settings.max_question_chars, **base)
+    return RunConfig(max_question_chars=settings.max_question_chars, **merged)

@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fastcrag.components import Components
 from fastcrag.config.settings import SMOLLM2_LLM, Context, Settings
+from fastcrag.datasets import distractor_documents, read_squad
 from fastcrag.evaluation import report as rp
 from fastcrag.evaluation.common import (
     CachingReranker,
@@ -20,7 +22,6 @@ from fastcrag.evaluation.common import (
     squad_setup,
     squad_store,
 )
-from fastcrag.evaluation.datasets import distractor_documents, read_squad
 from fastcrag.evaluation.runlog import ResultLog
 from fastcrag.evaluation.scoring import (
     ACTIONS,
@@ -31,6 +32,7 @@ from fastcrag.evaluation.scoring import (
     precision_coverage,
     summarize,
 )
+from fastcrag.graph.builder import build_graph
 
 VERSION = 4  # 3: hybrid first pass and the keyword rewrite; 4: gold_score, distractors
 
@@ -106,8 +108,6 @@ def score_response(
 
 def run(cfg: AbstentionConfig, settings: Settings) -> int:
     """Run every (question, generator, variant) through the graph, resumably, then write the report."""
-    from fastcrag.graph.builder import build_graph
-
     set_threads(cfg.threads)
     setup = squad_setup(cfg, settings, exclude_calibration=cfg.exclude_calibration, wrap=CachingReranker)
     config = setup.config("eval abstention", VERSION, cfg, settings) | {
@@ -128,11 +128,10 @@ def run(cfg: AbstentionConfig, settings: Settings) -> int:
             asked = {q.title for q in setup.questions} | {d.source.rsplit("#", 1)[0] for d in setup.docs}
             extra = distractor_documents(read_squad(cfg.off_corpus), asked, cfg.distractors, cfg.seed)
             store = squad_store([*setup.docs, *extra], settings.chunk_tokens, settings.chunk_overlap)
-            graphs = {
-                g: build_graph(retriever=store, reranker=setup.grader, llm=g, settings=settings) for g in cfg.generators
-            }
-            for graph in graphs.values():
-                set_threads(cfg.threads, graph)
+            parts = {g: Components(settings, store, setup.grader, g) for g in cfg.generators}
+            graphs = {g: build_graph(parts=p) for g, p in parts.items()}
+            for p in parts.values():
+                set_threads(cfg.threads, p)
             bar = progress(len(jobs), len(jobs) - len(todo), "eval abstention")
             with bar:
                 for q, g, variant in todo:

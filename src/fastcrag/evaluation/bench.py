@@ -11,8 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import BaseModel, Field
 
+from fastcrag.components import Components
 from fastcrag.config.settings import SMOLLM2_LLM, Context, Settings
 from fastcrag.evaluation import report as rp
 from fastcrag.evaluation.common import (
@@ -26,6 +28,9 @@ from fastcrag.evaluation.common import (
 )
 from fastcrag.evaluation.runlog import ResultLog
 from fastcrag.fileio import write_json_atomic, write_text_atomic
+from fastcrag.generation.chat import load_chat_model
+from fastcrag.generation.generators import ChatGenerator
+from fastcrag.graph.builder import build_graph
 
 VERSION = 2  # 2: the grader cache is cleared before each timed run
 STAGES = ("retrieve_ms", "rerank_ms", "crag_ms", "generate_ms")
@@ -91,8 +96,6 @@ def latency_table(by_variant: Mapping[str, Mapping[str, Sequence[float]]]) -> st
 
 def judge_chunk(llm: Any, question: str, text: str) -> bool:
     """One structured relevance call: True when the chat model grades the chunk relevant."""
-    from langchain_core.messages import HumanMessage, SystemMessage
-
     grader = llm.with_structured_output(GradeDocuments)
     result = grader.invoke(
         [
@@ -147,8 +150,6 @@ def judge_cost(judged: Sequence[Mapping[str, Any]], timed: Sequence[Mapping[str,
 
 def run(cfg: BenchConfig, settings: Settings) -> int:
     """Time every question with CRAG on and off on one compiled graph, then judge some candidate sets."""
-    from fastcrag.graph.builder import build_graph
-
     set_threads(cfg.threads)
     setup = squad_setup(cfg, settings)
     questions = setup.questions
@@ -168,9 +169,9 @@ def run(cfg: BenchConfig, settings: Settings) -> int:
     try:
         if todo or judge_todo:
             store = squad_store(setup.docs, settings.chunk_tokens, settings.chunk_overlap)
-            graph = build_graph(retriever=store, reranker=setup.grader, llm=cfg.llm, settings=settings)
-            parts = graph.parts  # type: ignore[attr-defined]
-            set_threads(cfg.threads, graph)
+            parts = Components(settings, store, setup.grader, cfg.llm)
+            graph = build_graph(parts=parts)
+            set_threads(cfg.threads, parts)
             parts.warm_up()
             warm = select_questions(setup.pools, 1, cfg.seed + 100)[: cfg.warmup]
             for q in warm:  # untimed: first-call costs (thread pools, llama.cpp context) stay out of the figures
@@ -225,13 +226,9 @@ def _key(q: Any, crag: bool) -> str:
 
 def _judge_model(parts: Any, spec: str, settings: Settings) -> Any:
     """The chat model the generator uses (the same weights grade), loaded on its own when not exposed."""
-    from fastcrag.generation.generators import ChatGenerator
-
     generator = parts.generator()
     if isinstance(generator, ChatGenerator):
         return generator.llm
-    from fastcrag.generation.chat import load_chat_model
-
     return load_chat_model(spec, settings.max_new_tokens, settings.llm_timeout_s)
 
 

@@ -17,6 +17,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from fastcrag.datasets import read_qrels, read_queries
+from fastcrag.evaluation.retrieval import evaluate
+from fastcrag.retrieval.embeddings import Embedder, OnnxEmbeddings, SentenceTransformerEmbeddings
+from fastcrag.retrieval.loaders import python_reference
+from fastcrag.retrieval.text import chunk_text
+
 TARGETS = {"throughput ratio": 2.0, "query P50 ms": 5.0, "mean cosine": 0.99, "nDCG@10 gap": 0.005}
 QUERIES = [
     "How does the with statement work?",
@@ -38,16 +46,11 @@ def _percentile(values: Sequence[float], q: float) -> float:
 
 
 def _corpus_chunks(chunk_tokens: int, chunk_overlap: int) -> list[str]:
-    from fastcrag.retrieval.loaders import python_reference
-    from fastcrag.retrieval.text import chunk_text
-
     return [c for doc in python_reference() for c in chunk_text(doc.text, chunk_tokens, chunk_overlap)]
 
 
 def _scifact(beir: Path) -> tuple[list[str], list[str], dict[str, str], dict[str, dict[str, int]]]:
     """SciFact test: doc ids, doc texts (title + abstract), query texts by id, qrels."""
-    from fastcrag.evaluation.datasets import read_qrels, read_queries
-
     corpus = beir / "corpus.jsonl.gz" if (beir / "corpus.jsonl.gz").is_file() else beir / "corpus.jsonl"
     opener: Callable[..., Any] = gzip.open if corpus.suffix == ".gz" else open
     ids, texts = [], []
@@ -77,11 +80,7 @@ def embedder_benchmark(
         threads: Threads for both runtimes (torch and ONNX Runtime).
         progress: Where progress lines go.
     """
-    import numpy as np
-    import torch
-
-    from fastcrag.evaluation.retrieval import evaluate
-    from fastcrag.retrieval.embeddings import Embedder, OnnxEmbeddings, SentenceTransformerEmbeddings
+    import torch  # heavy (over a second): loaded with the models it benchmarks
 
     torch.set_num_threads(threads)
     embedders: dict[str, Embedder] = {

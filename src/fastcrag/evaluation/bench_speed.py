@@ -14,7 +14,9 @@ Sections (each prints when it finishes; `--skip` leaves sections out):
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -24,7 +26,10 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
+from fastcrag.config.settings import Context
+from fastcrag.evaluation import launch
 from fastcrag.evaluation.report import percentile
+from fastcrag.fileio import write_json_atomic
 
 VERSION = 1
 SECTIONS = ("core", "serve", "cold", "embedder")
@@ -62,12 +67,14 @@ class LocalGraph:
 
     def __init__(self) -> None:
         """Build the graph over the default index and load every model."""
+        # the CLI imports this module to build its parser: the graph and its parts load when the bench runs
+        from fastcrag.components import Components
         from fastcrag.graph.builder import build_graph
         from fastcrag.retrieval.indexing import ensure_default_index
 
         ensure_default_index()
-        self.graph = build_graph()
-        parts = self.graph.parts  # type: ignore[attr-defined]  # build_graph attaches its Components
+        parts = Components()
+        self.graph = build_graph(parts=parts)
         parts.warm_up()
         self._clear: Callable[[], None] = getattr(parts.reranker(), "clear_cache", lambda: None)
         self.invoke("warm-up: what is a module?")
@@ -81,8 +88,7 @@ class LocalGraph:
 
 def core(local: LocalGraph, questions: Sequence[str]) -> dict[str, Any]:
     """Stage P50/P95 and the action mix, CRAG off and on interleaved question by question."""
-    from fastcrag.config.settings import Context
-    from fastcrag.evaluation.bench import retrieval_total
+    from fastcrag.evaluation.bench import retrieval_total  # loads the graph: only when the bench runs
 
     variants = {"CRAG off": Context(crag_enabled=False), "CRAG on": Context()}
     stages: dict[str, dict[str, list[float]]] = {v: {} for v in variants}
@@ -137,7 +143,7 @@ def served_against_local(
 @contextmanager
 def _runs_wait(url: str) -> Iterator[Callable[[str], dict[str, Any]]]:
     """`/runs/wait` of the server at `url`, one question at a time (its client closed on leaving)."""
-    import httpx
+    import httpx  # about 0.2 s: kept off the CLI's start, which imports this module for its parser
 
     with httpx.Client(base_url=url, timeout=300.0) as client:
 
@@ -154,10 +160,6 @@ def _runs_wait(url: str) -> Iterator[Callable[[str], dict[str, Any]]]:
 
 def _server_env(scratch: Path) -> dict[str, str]:
     """This environment, offline, without a key or a metrics folder; threads in `scratch` unless set."""
-    import os
-
-    from fastcrag.server import launch
-
     env = {**os.environ, **launch.OFFLINE_ENV}
     for name in ("FASTRAG_API_KEY", "PROMETHEUS_MULTIPROC_DIR"):
         env.pop(name, None)
@@ -167,8 +169,6 @@ def _server_env(scratch: Path) -> dict[str, str]:
 
 def serve_section(local: LocalGraph, questions: Sequence[str], workers: int, project: Path) -> dict[str, Any]:
     """`fastcrag serve` and `langgraph dev` against the in-process graph, each over questions new to it."""
-    from fastcrag.server import launch
-
     report: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="fastcrag-bench-speed-") as tmp:
         scratch = Path(tmp)
@@ -200,10 +200,6 @@ def serve_section(local: LocalGraph, questions: Sequence[str], workers: int, pro
 
 def cold_section(questions: Sequence[str], repeats: int = 3) -> dict[str, float]:
     """`fastcrag ask` in a new process to its answer; `fastcrag serve --workers 1` start to its first answer."""
-    import subprocess
-
-    from fastcrag.server import launch
-
     asks: list[float] = []
     serves: list[float] = []
     with tempfile.TemporaryDirectory(prefix="fastcrag-bench-cold-") as tmp:
@@ -237,7 +233,7 @@ def cold_section(questions: Sequence[str], repeats: int = 3) -> dict[str, float]
 
 def run(args: argparse.Namespace) -> int:
     """Run the sections, print each and the targets, and write the JSON report when asked."""
-    from fastcrag.evaluation.common import machine_note
+    from fastcrag.evaluation.common import machine_note  # loads the models' stack: only when the bench runs
 
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     unknown = sorted(skip - set(SECTIONS))
@@ -264,7 +260,7 @@ def run(args: argparse.Namespace) -> int:
         print("cold start:")
         report["cold"] = cold_section(QUESTIONS)
     if "embedder" not in skip:
-        from fastcrag.evaluation.bench_embedder import embedder_benchmark
+        from fastcrag.evaluation.bench_embedder import embedder_benchmark  # torch: only for this section
 
         print("embedder (int8 ONNX vs fp32 sentence-transformers):")
         beir = Path(args.beir) if args.beir else None
@@ -273,8 +269,6 @@ def run(args: argparse.Namespace) -> int:
     for line in target_lines(report):
         print(f"  {line}")
     if args.out:
-        from fastcrag.fileio import write_json_atomic
-
         write_json_atomic(Path(args.out), report)
     return 0
 

@@ -29,8 +29,10 @@ from typing import Any
 
 import numpy as np
 from langchain_core.embeddings import Embeddings
+from platformdirs import user_cache_dir
 
 from fastcrag.config.settings import HNSW_BUILD_MEMORY_MB, HNSW_EF_CONSTRUCTION, HNSW_M
+from fastcrag.fileio import write_json_atomic
 
 STORES = ("faiss-flat", "faiss-hnsw", "pgvector-hnsw")
 TARGET_RECALL, TARGET_P50_MS, TARGET_RSS_GROWTH = 0.95, 20.0, 0.20
@@ -114,6 +116,7 @@ def _texts(data_root: Path, fit: int, queries: int, seed: int) -> tuple[list[str
         texts = [f"{rows[i].get('title', '')}\n\n{rows[i].get('text', '')}" for i in picked]
         chosen = rng.choice(len(asked), size=min(queries, len(asked)), replace=False)
         return texts, [asked[i] for i in chosen], f"SciFact ({corpus.parent})"
+    # the CLI imports this module for its parser: the retrieval stack (about 1 s) loads when the bench runs
     from fastcrag.retrieval.loaders import python_reference
     from fastcrag.retrieval.text import chunk_text
 
@@ -125,6 +128,7 @@ def _texts(data_root: Path, fit: int, queries: int, seed: int) -> tuple[list[str
 
 def real_vectors(data_root: Path, fit: int, queries: int, seed: int) -> tuple[np.ndarray, np.ndarray, str]:
     """Real embeddings (the default embedder) of a corpus sample and of held-out query texts."""
+    # the retrieval stack (about 1 s) loads when the bench runs, not when the CLI builds its parser
     from fastcrag.retrieval.embeddings import default_embeddings
     from fastcrag.retrieval.indexing import encode
 
@@ -133,8 +137,6 @@ def real_vectors(data_root: Path, fit: int, queries: int, seed: int) -> tuple[np
     name = str(getattr(embedder, "name", type(embedder).__name__))
     described = f"{name} embeddings of {len(fit_texts)} texts from {origin}"
     # embedding the sample takes minutes on a small CPU: keep it, keyed by the embedder and the exact texts
-    from platformdirs import user_cache_dir
-
     key = hashlib.sha256("\0".join([name, *fit_texts, "\1", *query_texts]).encode()).hexdigest()[:24]
     cached = Path(user_cache_dir("fastcrag")) / "bench-store" / f"{key}.npz"
     if cached.exists():
@@ -218,7 +220,7 @@ def bench_faiss(
     ef_construction: int = HNSW_EF_CONSTRUCTION,
 ) -> tuple[np.ndarray, list[StoreResult]]:
     """Exact ground truth from a flat index, then the flat and HNSW stores' speed and recall."""
-    import faiss
+    import faiss  # loaded when the bench runs, not with the CLI parser
 
     n, dim = base.shape
     results: list[StoreResult] = []
@@ -265,7 +267,7 @@ def bench_pgvector(
     ef_construction: int = HNSW_EF_CONSTRUCTION,
 ) -> list[StoreResult]:
     """Load `base` into a fresh collection with COPY (binary), build its HNSW index, and query it through PgStore."""
-    from psycopg import sql
+    from psycopg import sql  # the optional `postgres` extra
 
     from fastcrag.retrieval.pgstore import PgStore, build_hnsw_index, connect, open_collection
 
@@ -320,7 +322,7 @@ def bench_pgvector(
 
 
 def _drop_collection(conn: Any, name: str) -> None:
-    from psycopg import sql
+    from psycopg import sql  # the optional `postgres` extra
 
     with conn.transaction():
         row = conn.execute("DELETE FROM fastcrag_collections WHERE name = %s RETURNING id", (name,)).fetchone()
@@ -331,7 +333,7 @@ def _drop_collection(conn: Any, name: str) -> None:
 # -- indexing memory ---------------------------------------------------------------------------------------------
 def synthetic_documents(n: int) -> Iterator[Any]:
     """`n` short documents of one chunk each, generated on the fly (nothing held in memory)."""
-    from fastcrag.retrieval.loaders import SourceDocument
+    from fastcrag.retrieval.loaders import SourceDocument  # loaded when the bench runs, not with the CLI parser
 
     for i in range(n):
         yield SourceDocument(
@@ -341,7 +343,7 @@ def synthetic_documents(n: int) -> Iterator[Any]:
 
 def _rss_child(url: str, chunks: int, collection: str) -> None:
     """Index `chunks` synthetic one-chunk documents through the real streaming path; print peak RSS as JSON."""
-    from fastcrag.retrieval.pgstore import build_pg_index
+    from fastcrag.retrieval.pgstore import build_pg_index  # loaded when the bench runs, not with the CLI parser
 
     started = time.perf_counter()
     before = _peak_rss_mb()
@@ -372,7 +374,7 @@ def _peak_rss_mb() -> float:
 
 def bench_rss(url: str, sizes: Sequence[int]) -> list[RssResult]:
     """Peak RSS of indexing each size into a fresh collection, each in a fresh process."""
-    from fastcrag.retrieval.pgstore import connect
+    from fastcrag.retrieval.pgstore import connect  # loaded when the bench runs, not with the CLI parser
 
     results = []
     for n in sizes:
@@ -457,7 +459,7 @@ def render(report: Report) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Run the benchmark and print (and optionally write) the report."""
-    from fastcrag.evaluation.common import machine_note
+    from fastcrag.evaluation.common import machine_note  # loaded when the bench runs, not with the CLI parser
 
     stores = [s.strip() for s in args.stores.split(",") if s.strip()]
     unknown = sorted(set(stores) - set(STORES))
@@ -476,7 +478,7 @@ def run(args: argparse.Namespace) -> int:
     needs_pg = "pgvector-hnsw" in stores or bool(args.rss_sizes)
     with tempfile.TemporaryDirectory(prefix="fastcrag-bench-store-") as scratch:
         if needs_pg and not url:
-            from fastcrag.server.postgres import start_local_postgres
+            from fastcrag.server.postgres import start_local_postgres  # pgserver: the optional `postgres` extra
 
             url = start_local_postgres(Path(scratch) / "pg", "fastcrag_bench")
             report.notes.append("Postgres: the bundled local server (pgserver: Postgres 16, pgvector 0.6), Unix socket")
@@ -513,8 +515,6 @@ def run(args: argparse.Namespace) -> int:
     text = render(report)
     print(text)
     if args.out:
-        from fastcrag.fileio import write_json_atomic
-
         write_json_atomic(Path(args.out), asdict(report))
     return 0
 

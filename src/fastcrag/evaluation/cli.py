@@ -1,20 +1,20 @@
-"""Subcommands `eval abstention`, `eval retrieval` and `bench` for the main `fastcrag` command line."""
+"""Subcommands `eval abstention|retrieval|results`, `bench` and `bench-embedder` of the `fastcrag` command line."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
-from fastcrag.config.settings import SMOLLM2_LLM
+from fastcrag.config.settings import SMOLLM2_LLM, Settings
+from fastcrag.evaluation.results import write_results
 
 DATA = "../shared/data"
 
 
 def _settings(args: argparse.Namespace) -> Any:
-    from fastcrag.config.settings import Settings
-
     overrides: dict[str, Any] = {}
     if getattr(args, "reranker", None):
         overrides["reranker"] = args.reranker
@@ -41,7 +41,7 @@ def parse_variants(text: str) -> list[str]:
     Raises:
         ValueError: a name is not a variant, or none is named.
     """
-    from fastcrag.evaluation.abstention import VARIANTS
+    from fastcrag.evaluation.abstention import VARIANTS  # the graph's stack: kept off the CLI parser's import
 
     names = {v.strip() for v in text.split(",") if v.strip()}
     if not names or names - set(VARIANTS):
@@ -51,7 +51,7 @@ def parse_variants(text: str) -> list[str]:
 
 def cmd_abstention(args: argparse.Namespace) -> int:
     """Run `fastcrag eval abstention`."""
-    from fastcrag.evaluation.abstention import AbstentionConfig, run
+    from fastcrag.evaluation.abstention import AbstentionConfig, run  # the command loads its stack when run
 
     _offline()
     cfg = AbstentionConfig(
@@ -79,7 +79,7 @@ def cmd_abstention(args: argparse.Namespace) -> int:
 
 def cmd_retrieval(args: argparse.Namespace) -> int:
     """Run `fastcrag eval retrieval`."""
-    from fastcrag.evaluation.retrieval import RetrievalConfig, run
+    from fastcrag.evaluation.retrieval import RetrievalConfig, run  # the command loads its stack when run
 
     _offline()
     cfg = RetrievalConfig(
@@ -101,7 +101,7 @@ def cmd_retrieval(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """Run `fastcrag bench`."""
-    from fastcrag.evaluation.bench import BenchConfig, run
+    from fastcrag.evaluation.bench import BenchConfig, run  # the command loads its stack when run
 
     _offline()
     cfg = BenchConfig(
@@ -123,6 +123,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return code
 
 
+def cmd_bench_embedder(args: argparse.Namespace) -> int:
+    """Run `fastcrag bench-embedder`."""
+    from fastcrag.evaluation.bench_embedder import embedder_benchmark  # the command loads its stack when run
+
+    beir = Path(args.beir) if args.beir else None
+    embedder_benchmark(beir=beir, rounds=args.rounds, chunks=args.chunks, threads=args.threads)
+    return 0
+
+
 DEFAULT_COMMANDS = [
     "export HF_HUB_OFFLINE=1",
     "fastcrag eval abstention     # -> runs/eval-abstention/",
@@ -134,8 +143,6 @@ DEFAULT_COMMANDS = [
 
 def cmd_results(args: argparse.Namespace) -> int:
     """Run `fastcrag eval results`."""
-    from fastcrag.evaluation.results import write_results
-
     preface = Path(args.preface).read_text(encoding="utf-8") if args.preface else ""
     write_results(Path(args.runs), Path(args.out), DEFAULT_COMMANDS, preface)
     print(f"{args.out}: written from the reports under {args.runs}")
@@ -156,7 +163,7 @@ def _common(p: argparse.ArgumentParser, out: str) -> None:
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Add `eval` (with `abstention` and `retrieval`) and `bench` to the `fastcrag` parser."""
+    """Add `eval` (with `abstention` and `retrieval`), `bench` and `bench-embedder` to the `fastcrag` parser."""
     ev = subparsers.add_parser("eval", help="evaluate CRAG against plain RAG on shared data")
     ev_sub = ev.add_subparsers(dest="eval_command", required=True)
 
@@ -235,11 +242,16 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     _common(be, "runs/bench")
     be.set_defaults(func=cmd_bench)
 
+    em = subparsers.add_parser("bench-embedder", help="int8 ONNX vs fp32 embedder: speed, fidelity, SciFact nDCG")
+    em.add_argument("--beir", default=f"{DATA}/scifact", help="SciFact BEIR folder ('' to skip)")
+    em.add_argument("--rounds", type=int, default=3, help="interleaved throughput rounds")
+    em.add_argument("--chunks", type=int, default=0, help="chunks per round (0: the whole embedded corpus)")
+    em.add_argument("--threads", type=int, default=2)
+    em.set_defaults(func=cmd_bench_embedder)
+
 
 def main(argv: list[str] | None = None) -> int:
     """Stand-alone entry point (`python -m fastcrag.evaluation.cli ...`), the same commands as `fastcrag`."""
-    import sys
-
     parser = argparse.ArgumentParser(prog="fastcrag", description=__doc__)
     add_commands(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)

@@ -6,24 +6,30 @@ import hashlib
 import os
 import platform
 import re
-import threading
-from collections import OrderedDict
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fastcrag.config.calibration import Calibration
+from tqdm import tqdm
+
+from fastcrag.cache import LRUCache
+from fastcrag.components import Components
+from fastcrag.config.calibration import Calibration, load_calibration
 from fastcrag.config.settings import Settings
-from fastcrag.evaluation.datasets import (
+from fastcrag.datasets import (
     LabelledQuestion,
     question_pools,
     sample,
 )
-from fastcrag.grading.calibrate import build_corpus_store
+from fastcrag.evaluation.runlog import config_hash
+from fastcrag.fitting.calibrate import build_corpus_store
+from fastcrag.generation.generators import ChatGenerator
 from fastcrag.grading.reader import Span, is_reader
-from fastcrag.grading.reranker import Reranker
-from fastcrag.retrieval.store import FaissStore
+from fastcrag.grading.reranker import Reranker, default_reranker_spec, load_reranker
+from fastcrag.retrieval.embeddings import default_embeddings
+from fastcrag.retrieval.store import FORMAT_VERSION, FaissStore, IndexLoadError
 
 _CALIBRATION_SAMPLE = re.compile(r"(\d+) questions per class, seed (\d+)")
 
@@ -112,9 +118,6 @@ def squad_setup(
     Reads `cfg.squad` / `cfg.off_corpus`; the grader is wrapped by `wrap` when given; another grader's
     calibration is refused; `cfg.per_class` questions per class are picked with `cfg.seed`.
     """
-    from fastcrag.config.calibration import load_calibration
-    from fastcrag.grading.reranker import default_reranker_spec, load_reranker
-
     docs, pools = question_pools(cfg.squad, cfg.off_corpus)
     grader = load_reranker(settings.reranker or default_reranker_spec())
     if wrap is not None:
@@ -141,10 +144,6 @@ def cached_corpus_store(
     The cache lives outside the project (default `~/.cache/fastcrag/eval-index`); its key covers the corpus
     file (path, size, mtime), the chunking and the embedder. Returns (store, whether it came from the cache).
     """
-    from fastcrag.evaluation.runlog import config_hash
-    from fastcrag.retrieval.embeddings import default_embeddings
-    from fastcrag.retrieval.store import FORMAT_VERSION, IndexLoadError
-
     embeddings = default_embeddings()
     folder = None
     if cache is not None:
@@ -183,24 +182,18 @@ class CachingReranker:
         self.name = inner.name
         self.has_reader = is_reader(inner)
         self.max_items = max_items
-        self._cache: OrderedDict[tuple[str, str], float] = OrderedDict()
-        self._lock = threading.Lock()
+        self._cache: LRUCache[tuple[str, str], float] = LRUCache(max_items)
 
     def score(self, query: str, texts: Sequence[str]) -> list[float]:
         """Scores for (query, text) pairs, computing only those not seen before."""
-        with self._lock:
-            known = {t: self._cache[(query, t)] for t in texts if (query, t) in self._cache}
+        known = {t: s for (_, t), s in self._cache.get_many((query, t) for t in texts).items()}
         missing = list(dict.fromkeys(t for t in texts if t not in known))
         if missing:
             fresh = [float(s) for s in self.inner.score(query, missing)]
             if len(fresh) != len(missing):
                 return fresh  # let the caller's validation report the broken grader
             known.update(zip(missing, fresh, strict=True))
-            with self._lock:
-                for t, s in zip(missing, fresh, strict=True):
-                    self._cache[(query, t)] = s
-                while len(self._cache) > self.max_items:
-                    self._cache.popitem(last=False)
+            self._cache.put_many(((query, t), s) for t, s in zip(missing, fresh, strict=True))
         return [known[t] for t in texts]
 
     def read(self, query: str, texts: Sequence[str]) -> list[Span | None]:
@@ -218,29 +211,23 @@ def machine_note() -> str:
     return f"{platform.machine()}, {cpus} CPU cores, load average {load}, Python {platform.python_version()}"
 
 
-def set_threads(threads: int, graph: Any = None) -> None:
-    """Limit torch (and the graph's llama.cpp generator, when it has one) to `threads` CPU threads.
+def set_threads(threads: int, parts: Components | None = None) -> None:
+    """Limit torch (and the parts' llama.cpp generator, when it has one) to `threads` CPU threads.
 
     On a machine shared with other jobs, oversubscribed intra-op threads spin against each other: one thread
     per model is several times faster there than one per core.
     """
     if threads < 1:
         return
-    import torch
+    import torch  # heavy (over a second): only the commands that set threads load it here
 
     torch.set_num_threads(threads)
-    if graph is not None:
-        from fastcrag.generation.generators import ChatGenerator
-
-        generator = graph.parts.generator()
+    if parts is not None:
+        generator = parts.generator()
         if isinstance(generator, ChatGenerator) and hasattr(generator.llm, "n_threads"):
             generator.llm.n_threads = threads  # read when llama.cpp loads, on first use
 
 
 def progress(total: int, initial: int, desc: str) -> Any:
     """A tqdm progress bar on stderr."""
-    import sys
-
-    from tqdm import tqdm
-
     return tqdm(total=total, initial=initial, desc=desc, unit="run", file=sys.stderr, dynamic_ncols=True)

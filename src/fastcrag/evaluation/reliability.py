@@ -6,6 +6,7 @@ import json
 import math
 import os
 import random
+import resource
 import shutil
 import signal
 import subprocess
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
@@ -27,8 +29,12 @@ from langchain_core.runnables import Runnable, RunnableLambda
 from pydantic import BaseModel
 
 from fastcrag.config.settings import Settings
-from fastcrag.grading.reranker import Reranker
+from fastcrag.grading.reranker import Reranker, default_reranker_spec, load_reranker
 from fastcrag.graph.builder import build_graph
+from fastcrag.retrieval.embeddings import default_embeddings
+from fastcrag.retrieval.indexing import build_index
+from fastcrag.retrieval.loaders import SourceDocument, load_documents, python_reference
+from fastcrag.retrieval.store import FaissStore
 
 ON_TOPIC = "How does the with statement work?"
 OFF_TOPIC = "Who won the 2018 FIFA World Cup?"
@@ -151,8 +157,6 @@ class FaultyChat(BaseChatModel):
 
 def faults(report: Report, index_dir: Path, settings: Settings) -> None:
     """One run per fault; each must end in abstention with the failure in the trace."""
-    from fastcrag.grading.reranker import default_reranker_spec, load_reranker
-
     grader = load_reranker(settings.reranker or default_reranker_spec())
     base: dict[str, Any] = {"settings": settings.model_copy(update={"index_dir": index_dir}), "llm": "extractive"}
     cases: list[tuple[str, dict[str, Any], str]] = [
@@ -217,9 +221,6 @@ def _bad_calibrations(model: str) -> dict[str, str | None]:
 
 def bad_input(report: Report, index_dir: Path, settings: Settings, seed: int) -> None:
     """Nasty questions through the graph, and nasty files through the indexer."""
-    from fastcrag.retrieval.indexing import build_index
-    from fastcrag.retrieval.loaders import load_documents
-
     graph = build_graph(settings=settings.model_copy(update={"index_dir": index_dir}), llm="extractive")
     rng = random.Random(seed)
     questions = [
@@ -268,7 +269,6 @@ def load(report: Report, invoke: Callable[[str], dict[str, Any]], runs: int, cli
 
 def server_invoker(server: str) -> Callable[[str], dict[str, Any]]:
     """Ask a LangGraph server's `crag` assistant through `/runs/wait`."""
-    import httpx
 
     def invoke(question: str) -> dict[str, Any]:
         body = {"assistant_id": "crag", "input": {"question": question}}
@@ -298,8 +298,6 @@ def _rss_mb() -> float:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
-    import resource
-
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
@@ -315,11 +313,6 @@ build_index(docs, Path({folder!r}), batch_size=16, progress=False)
 
 def kills(report: Report, workdir: Path, rounds: int, seed: int) -> None:
     """SIGKILL index builds at random points; the index must always load, consistent."""
-    from fastcrag.retrieval.embeddings import default_embeddings
-    from fastcrag.retrieval.indexing import build_index
-    from fastcrag.retrieval.loaders import SourceDocument
-    from fastcrag.retrieval.store import FaissStore
-
     folder = workdir / "kill-index"
     build_index([SourceDocument("seed", "t", "The first version.")], folder, progress=False)
     rng = random.Random(seed)
@@ -349,9 +342,6 @@ def run_report(
     server: str | None = None,
 ) -> Report:
     """Run every section on a small real index built from Python's language reference."""
-    from fastcrag.retrieval.indexing import build_index
-    from fastcrag.retrieval.loaders import python_reference
-
     report = Report()
     settings = Settings()
     workdir = Path(tempfile.mkdtemp(prefix="fastcrag-reliability-"))

@@ -10,13 +10,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import ir_measures
+
 from fastcrag.config.settings import Settings
+from fastcrag.datasets import read_qrels, read_queries
 from fastcrag.evaluation import report as rp
 from fastcrag.evaluation.common import DEFAULT_INDEX_CACHE, cached_corpus_store, machine_note, progress, set_threads
-from fastcrag.evaluation.datasets import read_qrels, read_queries
 from fastcrag.evaluation.runlog import ResultLog
-from fastcrag.grading.reranker import checked_scores
+from fastcrag.grading.reranker import checked_scores, default_reranker_spec, load_reranker
 from fastcrag.retrieval.hybrid import fuse
+from fastcrag.retrieval.loaders import load_documents
 
 VERSION = 2  # 2: lexical and hybrid first passes; the reranker reorders the configured first pass
 KEEP = 100  # documents kept per query and system (recall@100 needs 100)
@@ -90,8 +93,6 @@ def _hits(found: list[tuple[Any, float]]) -> list[tuple[str, str, float]]:
 
 def evaluate(qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
     """nDCG@10, R@10 and R@100 with ir-measures (pytrec_eval underneath), over the queries in `run`."""
-    import ir_measures
-
     measures = [ir_measures.parse_measure(m) for m in MEASURES]
     sub = {q: dict(qrels[q]) for q in run}
     result = ir_measures.calc_aggregate(measures, sub, {q: dict(r) for q, r in run.items()})
@@ -100,9 +101,6 @@ def evaluate(qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Mapping[s
 
 def run(cfg: RetrievalConfig, settings: Settings) -> int:
     """Retrieve and rerank every selected query, resumably, then write the report."""
-    from fastcrag.grading.reranker import default_reranker_spec, load_reranker
-    from fastcrag.retrieval.loaders import load_documents
-
     set_threads(cfg.threads)
     qrels = read_qrels(_find(cfg.beir / "qrels", f"{cfg.split}.tsv"))
     texts = read_queries(_find(cfg.beir, "queries.jsonl", "queries.jsonl.gz"))

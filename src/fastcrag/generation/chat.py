@@ -9,12 +9,15 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from langchain.chat_models import init_chat_model
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable, RunnableLambda
 from pydantic import BaseModel, Field, PrivateAttr
+
+from fastcrag.cache import Lazy
 
 SMOLLM2 = "SmolLM2-135M-Instruct"
 _ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
@@ -45,8 +48,13 @@ class LlamaCppChat(BaseChatModel):
     seed: int = 0
     n_threads: int | None = None
 
-    _llama: Any = PrivateAttr(default=None)
+    _llama: Lazy[Any] = PrivateAttr()
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+
+    def model_post_init(self, context: Any, /) -> None:
+        """Prepare the model's lazy load (llama.cpp reads the GGUF file on the first completion)."""
+        super().model_post_init(context)
+        self._llama = Lazy(self._load)
 
     @property
     def _llm_type(self) -> str:
@@ -56,24 +64,22 @@ class LlamaCppChat(BaseChatModel):
     def _identifying_params(self) -> dict[str, Any]:
         return {"model_path": self.model_path, "n_ctx": self.n_ctx, "temperature": self.temperature}
 
-    def _client(self) -> Any:
-        if self._llama is None:
-            from llama_cpp import Llama
+    def _load(self) -> Any:
+        from llama_cpp import Llama  # the optional `llamacpp` extra, loaded with the model
 
-            self._llama = Llama(
-                model_path=self.model_path,
-                n_ctx=self.n_ctx,
-                n_threads=self.n_threads or max(1, min(4, os.cpu_count() or 1)),
-                seed=self.seed,
-                verbose=False,
-            )
-        return self._llama
+        return Llama(
+            model_path=self.model_path,
+            n_ctx=self.n_ctx,
+            n_threads=self.n_threads or max(1, min(4, os.cpu_count() or 1)),
+            seed=self.seed,
+            verbose=False,
+        )
 
     def complete(self, messages: list[BaseMessage], response_format: dict[str, Any] | None = None) -> str:
         """Run one chat completion and return its text (llama.cpp is not re-entrant: calls are serialised)."""
         payload = [{"role": _ROLES.get(m.type, "user"), "content": str(m.content)} for m in messages]
         with self._lock:
-            out = self._client().create_chat_completion(
+            out = self._llama.get().create_chat_completion(
                 messages=payload,
                 max_tokens=self.max_tokens,
                 temperature=self.temperature,
@@ -125,8 +131,6 @@ def load_chat_model(spec: str, max_tokens: int = 256, timeout: float | None = No
         if not path.is_file():
             raise FileNotFoundError(f"GGUF model not found: {path}")
         return LlamaCppChat(model_path=str(path), max_tokens=max_tokens)
-    from langchain.chat_models import init_chat_model
-
     kwargs: dict[str, Any] = {"max_tokens": max_tokens}
     if timeout is not None:
         kwargs["timeout"] = timeout

@@ -68,7 +68,7 @@ def format_passages(passages: Sequence[Mapping[str, Any]]) -> str:
     return "<passages>\n" + "\n\n".join(lines) + "\n</passages>"
 
 
-def _with_timeout(fn: Any, timeout: float) -> Any:
+def with_timeout(fn: Any, timeout: float) -> Any:
     """Run `fn()` on a worker thread and give up after `timeout` seconds (raising TimeoutError)."""
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
     try:
@@ -94,7 +94,7 @@ class ChatGenerator:
             SystemMessage(ANSWER_SYSTEM),
             HumanMessage(f"{format_passages(passages)}\n\nQuestion: {question}"),
         ]
-        reply = _with_timeout(lambda: self.llm.invoke(messages), self.timeout)
+        reply = with_timeout(lambda: self.llm.invoke(messages), self.timeout)
         text = reply.content if isinstance(reply.content, str) else str(reply.content)
         return Answer(text.strip(), list(range(len(passages))))
 
@@ -107,7 +107,7 @@ class ChatGenerator:
             HumanMessage("Query: " + " ".join(question.split())),
         ]
         structured = self.llm.with_structured_output(RewrittenQuery)
-        result = _with_timeout(lambda: structured.invoke(messages), self.timeout)
+        result = with_timeout(lambda: structured.invoke(messages), self.timeout)
         if isinstance(result, dict):
             result = RewrittenQuery.model_validate(result.get("parsed", result))
         return RewrittenQuery.model_validate(result).query

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import math
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from fastcrag.cache import Lazy, LRUCache
 from fastcrag.grading.reader import Span, span_margins
+from fastcrag.modelmeta import read_model_meta
 from fastcrag.ortsession import cpu_session, ort_threads, padded_tokenizer
 
 DEFAULT_MAX_LENGTH = 256
@@ -40,6 +42,15 @@ def length_batches(lengths: Sequence[int], max_batch: int, slack: float = 0.15) 
     if current:
         batches.append(current)
     return batches
+
+
+@dataclass(frozen=True)
+class _Runtime:
+    """A loaded model: its ONNX Runtime session, its tokenizer and the session's input names."""
+
+    session: Any
+    tokenizer: Any
+    input_names: list[str]
 
 
 class OnnxCrossEncoderReranker:
@@ -72,10 +83,7 @@ class OnnxCrossEncoderReranker:
             cache_size: (query, text) results kept, so that reading after scoring needs no second pass; 0: none.
         """
         self.path = Path(path)
-        meta: dict[str, Any] = {}
-        meta_path = self.path / "fastcrag_model.json"
-        if meta_path.is_file():
-            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        meta = read_model_meta(self.path)
         self.name = str(meta.get("name", self.path.name))
         self.max_length = int(max_length or meta.get("max_length", DEFAULT_MAX_LENGTH))
         self.batch_size = batch_size
@@ -84,22 +92,14 @@ class OnnxCrossEncoderReranker:
         self.cache_size = cache_size
         self.grade: dict[str, float] | None = meta.get("grade")
         self.has_reader = bool(meta.get("reader", False))
-        self._cache: OrderedDict[tuple[str, str], tuple[float, Span | None]] = OrderedDict()
-        self._session: Any = None
-        self._tokenizer: Any = None
-        self._input_names: list[str] = []
-        self._lock = threading.Lock()
+        self._cache: LRUCache[tuple[str, str], tuple[float, Span | None]] = LRUCache(cache_size)
+        self._runtime: Lazy[_Runtime] = Lazy(self._load)
 
-    def _load(self) -> None:
-        with self._lock:
-            if self._session is not None:
-                return
-            session = cpu_session(self.path / self.model_file, self.threads)
-            tok = padded_tokenizer(self.path / "tokenizer.json", self.max_length)
-            tok.no_padding()  # `_run` pads each length-sorted batch to its own width
-            self._input_names = [i.name for i in session.get_inputs()]
-            self._tokenizer = tok
-            self._session = session
+    def _load(self) -> _Runtime:
+        session = cpu_session(self.path / self.model_file, self.threads)
+        tok = padded_tokenizer(self.path / "tokenizer.json", self.max_length)
+        tok.no_padding()  # `_run` pads each length-sorted batch to its own width
+        return _Runtime(session, tok, [i.name for i in session.get_inputs()])
 
     def _run(self, query: str, texts: Sequence[str]) -> list[tuple[float, Span | None]]:
         """(grade logit, best span) of each text, in the given order.
@@ -107,11 +107,8 @@ class OnnxCrossEncoderReranker:
         The pairs are tokenised once, sorted by length and cut into batches that pad little (`length_batches`),
         so a batch of short strips never pays for the longest chunk's width.
         """
-        import numpy as np
-
-        if self._session is None:
-            self._load()
-        encs = self._tokenizer.encode_batch([(query, t) for t in texts])
+        runtime = self._runtime.get()
+        encs = runtime.tokenizer.encode_batch([(query, t) for t in texts])
         out: list[tuple[float, Span | None]] = [(0.0, None)] * len(texts)
         for rows in length_batches([len(e.ids) for e in encs], self.batch_size):
             width = max(len(encs[i].ids) for i in rows)
@@ -122,7 +119,7 @@ class OnnxCrossEncoderReranker:
                 n = len(encs[i].ids)
                 ids[r, :n], mask[r, :n], types[r, :n] = encs[i].ids, 1, encs[i].type_ids
             feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
-            res = self._session.run(None, {k: v for k, v in feeds.items() if k in self._input_names})
+            res = runtime.session.run(None, {k: v for k, v in feeds.items() if k in runtime.input_names})
             rel = np.asarray(res[0], dtype=np.float64).reshape(-1)
             if not self.has_reader or len(res) < 3:
                 for i, logit in zip(rows, rel, strict=True):
@@ -143,23 +140,17 @@ class OnnxCrossEncoderReranker:
         return out
 
     def _cached(self, query: str, texts: Sequence[str]) -> list[tuple[float, Span | None]]:
-        with self._lock:
-            hits = {t: self._cache[(query, t)] for t in texts if (query, t) in self._cache}
+        hits = {t: v for (_, t), v in self._cache.get_many((query, t) for t in texts).items()}
         missing = list(dict.fromkeys(t for t in texts if t not in hits))
         if missing:
             fresh = dict(zip(missing, self._run(query, missing), strict=True))
-            with self._lock:
-                for t, v in fresh.items():
-                    self._cache[(query, t)] = v
-                while len(self._cache) > self.cache_size:
-                    self._cache.popitem(last=False)
+            self._cache.put_many(((query, t), v) for t, v in fresh.items())
             hits |= fresh
         return [hits[t] for t in texts]
 
     def clear_cache(self) -> None:
         """Forget every cached result (for benchmarks that must pay each forward pass)."""
-        with self._lock:
-            self._cache.clear()
+        self._cache.clear()
 
     def logits(self, query: str, texts: Sequence[str]) -> list[float]:
         """Grade logits of (query, text) pairs: the relevance logit, fused with the span margin when read."""

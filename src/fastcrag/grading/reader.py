@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+import numpy as np
+
 #: Longest answer span considered, in word pieces.
 MAX_SPAN_TOKENS = 30
 
@@ -55,8 +57,6 @@ def best_span(start: Any, end: Any, passage_mask: Any, max_tokens: int = MAX_SPA
     Returns:
         (start index, end index, span logit); (-1, -1, -inf) when the passage has no token.
     """
-    import numpy as np
-
     s = np.where(passage_mask, np.asarray(start, dtype=np.float64), -np.inf)
     e = np.where(passage_mask, np.asarray(end, dtype=np.float64), -np.inf)
     n = len(s)

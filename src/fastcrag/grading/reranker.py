@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import math
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from fastcrag.cache import Lazy, LRUCache
+from fastcrag.grading.onnx_grader import OnnxCrossEncoderReranker
+from fastcrag.modelmeta import META_FILE, read_model_meta
 from fastcrag.retrieval.embeddings import SentenceTransformerEmbeddings, default_embeddings
 
 PACKAGED_GRADER = Path(__file__).resolve().parent.parent / "models" / "grader"
 BI_ENCODER = "bi-encoder"
+TEXT_CACHE_SIZE = 50_000  # bi-encoder text embeddings kept
 
 
 class RerankerError(RuntimeError):
@@ -66,26 +68,25 @@ class CrossEncoderReranker:
         self.name = _model_name(Path(self.model_path))
         self.max_length = max_length
         self.batch_size = batch_size
-        self._model: Any = None
-        self._lock = threading.Lock()
+        self._model: Lazy[Any] = Lazy(self._load)
+
+    def _load(self) -> Any:
+        # torch and sentence-transformers load only with the model: importing the grader must stay cheap
+        import torch
+        from sentence_transformers import CrossEncoder
+
+        return CrossEncoder(
+            self.model_path,
+            device="cpu",
+            max_length=self.max_length,
+            local_files_only=True,
+            activation_fn=torch.nn.Sigmoid(),
+        )
 
     @property
     def model(self) -> Any:
         """The loaded `CrossEncoder` (loaded once, thread-safe)."""
-        if self._model is None:
-            with self._lock:
-                if self._model is None:
-                    import torch
-                    from sentence_transformers import CrossEncoder
-
-                    self._model = CrossEncoder(
-                        self.model_path,
-                        device="cpu",
-                        max_length=self.max_length,
-                        local_files_only=True,
-                        activation_fn=torch.nn.Sigmoid(),
-                    )
-        return self._model
+        return self._model.get()
 
     def score(self, query: str, texts: Sequence[str]) -> list[float]:
         """Score each text against the query."""
@@ -101,42 +102,31 @@ class BiEncoderReranker:
         """Create the grader over `embeddings` (the default embedder when None)."""
         self.embeddings = embeddings or default_embeddings()
         self.name = f"{BI_ENCODER}:{self.embeddings.name}"
-        self._cache: OrderedDict[str, Any] = OrderedDict()
-        self._cache_lock = threading.Lock()
+        self._cache: LRUCache[str, Any] = LRUCache(TEXT_CACHE_SIZE)
 
     def score(self, query: str, texts: Sequence[str]) -> list[float]:
         """Cosine similarity of the query to each text, clipped to [0, 1]; text embeddings are cached (LRU)."""
-        with self._cache_lock:
-            known = {t: self._cache[t] for t in texts if t in self._cache}
+        known = self._cache.get_many(texts)
         missing = list(dict.fromkeys(t for t in texts if t not in known))
         fresh = self.embeddings.encode([query, *missing])
         local = dict(zip(missing, fresh[1:], strict=True))
-        with self._cache_lock:
-            vectors = [local[t] if t in local else known[t] for t in texts]
-            for text, vector in zip(texts, vectors, strict=True):
-                self._cache[text] = vector
-                self._cache.move_to_end(text)
-            while len(self._cache) > 50_000:
-                self._cache.popitem(last=False)
+        self._cache.put_many(local.items())
+        vectors = [local[t] if t in local else known[t] for t in texts]
         return [min(1.0, max(0.0, float(v @ fresh[0]))) for v in vectors]
 
 
 def _model_name(path: Path) -> str:
     """A stable name for a model folder: its `fastcrag_model.json` name when present, else the folder name."""
-    import json
-
-    meta = path / "fastcrag_model.json"
-    if meta.is_file():
-        try:
-            return str(json.loads(meta.read_text(encoding="utf-8"))["name"])
-        except (ValueError, KeyError, OSError):
-            pass
-    return path.name or str(path)
+    try:
+        name = read_model_meta(path).get("name")
+    except (ValueError, OSError):  # a name-less or unreadable file names nothing: the folder name stands
+        name = None
+    return str(name) if name is not None else path.name or str(path)
 
 
 def default_reranker_spec() -> str:
     """The packaged grader when it is installed, else the bi-encoder stand-in."""
-    return str(PACKAGED_GRADER) if (PACKAGED_GRADER / "fastcrag_model.json").is_file() else BI_ENCODER
+    return str(PACKAGED_GRADER) if (PACKAGED_GRADER / META_FILE).is_file() else BI_ENCODER
 
 
 @cache
@@ -149,7 +139,5 @@ def load_reranker(spec: str) -> Reranker:
         return BiEncoderReranker()
     path = Path(spec).expanduser()
     if (path / "model.onnx").is_file():
-        from fastcrag.grading.onnx_grader import OnnxCrossEncoderReranker
-
         return OnnxCrossEncoderReranker(path)
     return CrossEncoderReranker(path if path.exists() else spec)

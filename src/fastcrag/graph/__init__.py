@@ -1,5 +1,4 @@
-"""The CRAG graph: state schemas, routing and `build_graph()`."""
+"""The CRAG graph: state schemas (`state`), routing (`routing`) and `build_graph()` (`builder`).
 
-from fastcrag.graph.builder import build_graph
-
-__all__ = ["build_graph"]
+Nothing is imported here, so that a node can use the state schemas without loading the graph that wires the nodes.
+"""

@@ -30,8 +30,12 @@ def build_graph(
     calibration: Calibration | Path | None = None,
     settings: Settings | None = None,
     checkpointer: Any = None,
+    parts: Components | None = None,
 ) -> CompiledStateGraph[State, Context, InputState, OutputState]:
     """Compile the CRAG graph; any part left out comes from the `FASTRAG_*` settings, loaded on first use.
+
+    A caller that also needs the parts themselves (to warm them up, read the grader's name, clear its cache) builds
+    `Components` first and passes them as `parts`; the compiled graph carries nothing else.
 
     Args:
         retriever: A LangChain retriever or vector store; the configured FAISS index when None.
@@ -40,17 +44,22 @@ def build_graph(
         calibration: Thresholds, or the calibration.json to read them from.
         settings: Settings; read from the environment when None.
         checkpointer: A LangGraph checkpointer, for threads that keep their history.
+        parts: The components to run on, instead of `retriever`, `reranker`, `llm`, `calibration` and `settings`.
+
+    Raises:
+        TypeError: `parts` given together with any of the parts or settings it replaces.
     """
-    parts = Components(settings, retriever, reranker, llm, calibration)
+    if parts is None:
+        parts = Components(settings, retriever, reranker, llm, calibration)
+    elif any(x is not None for x in (retriever, reranker, llm, calibration, settings)):
+        raise TypeError("build_graph: give either `parts` or the parts themselves, not both")
 
     def route_after_grade(
         state: State, runtime: Runtime[Context]
     ) -> Literal["generate", "refine", "rewrite", "abstain"]:
-        try:
-            cfg = parts.run_config(runtime.context)
-        except Exception:  # grade has already recorded why; without thresholds there is nothing to route on
+        if state.get("failure"):  # includes settings that could not be resolved: nothing to route on
             return "abstain"
-        return routing.after_grade(state, cfg)
+        return routing.after_grade(state, parts.run_config(runtime.context))
 
     builder = StateGraph(State, context_schema=Context, input_schema=InputState, output_schema=OutputState)
     builder.add_node("retrieve", retrieve.make(parts))
@@ -66,6 +75,4 @@ def build_graph(
     builder.add_conditional_edges("rewrite", routing.after_rewrite)
     builder.add_conditional_edges("generate", routing.after_generate)
     builder.add_edge("abstain", END)
-    graph = builder.compile(checkpointer=checkpointer, name="crag")
-    graph.parts = parts  # type: ignore[attr-defined]
-    return graph
+    return builder.compile(checkpointer=checkpointer, name="crag")

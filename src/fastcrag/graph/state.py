@@ -8,9 +8,21 @@ from langchain_core.messages import AIMessage, AnyMessage
 from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict  # pydantic (server schemas) needs it on Python < 3.12
 
-Band = Literal["CORRECT", "AMBIGUOUS", "INCORRECT"]
+from fastcrag.grading.bands import Band
+
 Action = Literal["generate", "refine", "rewrite", "abstain", "disabled", "plain"]
 STAGES = ("retrieve_ms", "rerank_ms", "crag_ms", "generate_ms")
+FRESH = "fresh"
+"""A key of a `timings` update that starts the timings afresh (a new question) before adding the update's own."""
+
+
+def add_timings(current: dict[str, float] | None, update: dict[str, float] | None) -> dict[str, float]:
+    """Reducer of `timings`: each node's stage times add up over the run; an update holding `FRESH` starts anew."""
+    totals = {} if not current or (update and FRESH in update) else dict(current)
+    for stage, ms in (update or {}).items():
+        if stage != FRESH:
+            totals[stage] = round(totals.get(stage, 0.0) + ms, 3)
+    return totals
 
 
 class Candidate(TypedDict):
@@ -71,8 +83,26 @@ class State(InputState, OutputState, total=False):
     verdicts: list[dict[str, Any]]
     context: list[Passage]
     strips_kept: int | None
+    action: Action | None  # the path's action, recorded by the node that took it (grade, refine, rewrite)
     failure: str | None
-    timings: dict[str, float]
+    timings: Annotated[dict[str, float], add_timings]
+
+
+def fresh_question() -> State:
+    """The update that starts a new question's trace (a thread keeps its state between questions)."""
+    return {
+        "rewrites": 0,
+        "rewritten_query": None,
+        "rewriter": None,
+        "retrieval": None,
+        "strips_kept": None,
+        "band": None,
+        "top_score": None,
+        "verdicts": [],
+        "context": [],
+        "action": None,
+        "timings": {FRESH: 0.0},
+    }
 
 
 def question_of(state: State) -> str:
@@ -86,22 +116,6 @@ def question_of(state: State) -> str:
 def reply(state: State, answer: str) -> dict[str, Any]:
     """The AI message to append when the question came as chat messages (nothing otherwise)."""
     return {"messages": [AIMessage(content=answer)]} if state.get("messages") else {}
-
-
-def add_time(state: State, stage: str, ms: float) -> dict[str, float]:
-    """A new timings dict with `ms` added to `stage` (the state's own dict is left untouched)."""
-    timings = dict(state.get("timings") or {})
-    timings[stage] = round(timings.get(stage, 0.0) + ms, 3)
-    return timings
-
-
-def band_of(score: float, reranker_threshold: float, crag_upper: float) -> Band:
-    """The band of one reranker score."""
-    if score >= crag_upper:
-        return "CORRECT"
-    if score >= reranker_threshold:
-        return "AMBIGUOUS"
-    return "INCORRECT"
 
 
 def trace(state: State, action: Action, timings: dict[str, float], extra: dict[str, Any]) -> dict[str, Any]:

@@ -11,7 +11,30 @@ from fastcrag.components import Components
 from fastcrag.config.settings import Context, RunConfig
 from fastcrag.graph.state import State, reply, trace
 from fastcrag.nodes import Node
-from fastcrag.nodes.generate import trace_extra
+from fastcrag.nodes.stage import provenance
+
+
+def abstention(parts: Components, state: State, context: Any) -> dict[str, Any]:
+    """The abstention result: the message, no citations, the trace (counted as an `abstain` action).
+
+    The abstain node returns it, and a server returns it for a run that could not finish (`state` then holds only
+    the `failure` and the input's `messages`). It succeeds whatever else is broken: settings that cannot be resolved
+    fall back to the process settings' message, and the trace names no thresholds.
+    """
+    cfg: RunConfig | None
+    try:
+        cfg = parts.run_config(context)
+    except Exception:  # even with broken calibration or overrides, abstaining must succeed
+        cfg = None
+    message = cfg.abstain_message if cfg else parts.settings.abstain_message
+    timings = dict(state.get("timings") or {})
+    metrics.record("abstain", timings)
+    return {
+        **reply(state, message),
+        "answer": message,
+        "citations": [],
+        "crag": trace(state, "abstain", timings, provenance(parts, cfg)),
+    }
 
 
 def make(parts: Components) -> Node:
@@ -19,19 +42,6 @@ def make(parts: Components) -> Node:
 
     def abstain(state: State, *, runtime: Runtime[Context]) -> dict[str, Any]:
         """Answer with the abstention message and no citations."""
-        cfg: RunConfig | None
-        try:
-            cfg = parts.run_config(runtime.context)
-        except Exception:  # even with broken calibration or overrides, abstaining must succeed
-            cfg = None
-        message = cfg.abstain_message if cfg else parts.settings.abstain_message
-        timings = dict(state.get("timings") or {})
-        metrics.record("abstain", timings)
-        return {
-            **reply(state, message),
-            "answer": message,
-            "citations": [],
-            "crag": trace(state, "abstain", timings, trace_extra(parts, cfg)),
-        }
+        return abstention(parts, state, runtime.context)
 
     return abstain

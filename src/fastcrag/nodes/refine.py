@@ -2,66 +2,53 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
-from langgraph.runtime import Runtime
-
 from fastcrag.components import Components
-from fastcrag.config.settings import Context
 from fastcrag.grading.reranker import checked_scores
-from fastcrag.graph.state import Passage, State, add_time
+from fastcrag.graph.state import Passage, State
 from fastcrag.nodes import Node
+from fastcrag.nodes.stage import Run, stage
 from fastcrag.retrieval.text import count_tokens, split_sentences
+
+
+def refine(state: State, run: Run) -> dict[str, Any]:
+    """Keep strips scoring >= reranker_threshold; a kept strip that is too short keeps its whole chunk."""
+    cfg = run.cfg
+    # after a rewrite, the path stays `rewrite`: the first corrective action names it
+    update: dict[str, Any] = {"action": state.get("action") or "refine"}
+    usable = [c for c in state.get("candidates") or [] if c["score"] >= cfg.reranker_threshold]
+    chunks: list[Passage] = [
+        {"chunk_id": c["chunk_id"], "source": c["source"], "text": c["text"], "score": c["score"]}
+        for c in usable[: 2 * cfg.top_n]
+    ]
+    strips = [(s, c) for c in chunks for s in split_sentences(c["text"])]
+    try:
+        scores = checked_scores(run.parts.reranker(), str(state["question"]), [s for s, _ in strips])
+    except Exception as exc:
+        return update | {"failure": f"refinement failed: {exc}", "strips_kept": 0}
+    kept = sorted(
+        ((score, s, c) for score, (s, c) in zip(scores, strips, strict=True) if score >= cfg.reranker_threshold),
+        key=lambda t: t[0],
+        reverse=True,
+    )
+    lengths = count_tokens([s for _, s, _ in kept])
+    context: list[Passage] = []
+    whole: set[str] = set()
+    for (score, strip, chunk), n in zip(kept, lengths, strict=True):
+        if n >= cfg.crag_strip_min_tokens:
+            context.append(
+                {"chunk_id": chunk["chunk_id"], "source": chunk["source"], "text": strip, "score": score, "strip": True}
+            )
+        elif chunk["chunk_id"] not in whole:  # too short to stand alone: its chunk stands in
+            whole.add(chunk["chunk_id"])
+            context.append({**chunk, "score": score})
+    update["strips_kept"] = len(kept)
+    if context:  # nothing survived: the graded ranking is used unchanged
+        update["context"] = context[: cfg.top_n * 3]
+    return update
 
 
 def make(parts: Components) -> Node:
     """Build the node over `parts`."""
-
-    def refine(state: State, *, runtime: Runtime[Context]) -> dict[str, Any]:
-        """Keep strips scoring >= reranker_threshold; a kept strip that is too short keeps its whole chunk."""
-        started = time.perf_counter()
-        cfg = parts.run_config(runtime.context)
-        usable = [c for c in state.get("candidates") or [] if c["score"] >= cfg.reranker_threshold]
-        chunks: list[Passage] = [
-            {"chunk_id": c["chunk_id"], "source": c["source"], "text": c["text"], "score": c["score"]}
-            for c in usable[: 2 * cfg.top_n]
-        ]
-        strips = [(s, c) for c in chunks for s in split_sentences(c["text"])]
-        try:
-            scores = checked_scores(parts.reranker(), str(state["question"]), [s for s, _ in strips])
-        except Exception as exc:
-            return {
-                "failure": f"refinement failed: {exc}",
-                "strips_kept": 0,
-                "timings": add_time(state, "crag_ms", (time.perf_counter() - started) * 1000),
-            }
-        kept = sorted(
-            ((score, s, c) for score, (s, c) in zip(scores, strips, strict=True) if score >= cfg.reranker_threshold),
-            key=lambda t: t[0],
-            reverse=True,
-        )
-        lengths = count_tokens([s for _, s, _ in kept])
-        context: list[Passage] = []
-        whole: set[str] = set()
-        for (score, strip, chunk), n in zip(kept, lengths, strict=True):
-            if n >= cfg.crag_strip_min_tokens:
-                context.append(
-                    {
-                        "chunk_id": chunk["chunk_id"],
-                        "source": chunk["source"],
-                        "text": strip,
-                        "score": score,
-                        "strip": True,
-                    }
-                )
-            elif chunk["chunk_id"] not in whole:  # too short to stand alone: its chunk stands in
-                whole.add(chunk["chunk_id"])
-                context.append({**chunk, "score": score})
-        update: dict[str, Any] = {"strips_kept": len(kept)}
-        if context:  # nothing survived: the graded ranking is used unchanged
-            update["context"] = context[: cfg.top_n * 3]
-        update["timings"] = add_time(state, "crag_ms", (time.perf_counter() - started) * 1000)
-        return update
-
-    return refine
+    return stage(parts, refine, "crag_ms")

@@ -5,13 +5,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from langgraph.runtime import Runtime
-
 from fastcrag.components import Components
-from fastcrag.config.settings import Context
 from fastcrag.grading.reranker import checked_scores
-from fastcrag.graph.state import Candidate, State, add_time, question_of
+from fastcrag.graph.state import Candidate, State, fresh_question, question_of
 from fastcrag.nodes import Node
+from fastcrag.nodes.stage import Run, stage
 from fastcrag.retrieval.hybrid import HybridRetriever, Mode, chunk_key
 from fastcrag.retrieval.text import clean_text
 
@@ -22,68 +20,59 @@ def _candidate(doc: Any) -> Candidate:
     return {"chunk_id": chunk_key(text, meta), "source": str(meta.get("source", "")), "text": text, "score": 0.0}
 
 
+def start(state: State) -> State:
+    """Whatever follows: the retry flag cleared, and a fresh trace for a new question (a thread answers many)."""
+    first: State = {"retry": False, "failure": None, "candidates": []}
+    return first if state.get("retry") else first | fresh_question()
+
+
+def retrieve(state: State, run: Run) -> dict[str, Any]:
+    """Retrieve and rerank; failures and unusable questions become a traced `failure`."""
+    retry = bool(state.get("retry"))
+    question = clean_text(question_of(state)).strip()
+    update: dict[str, Any] = {"question": question}
+    limit = run.cfg.max_question_chars
+    if not question:
+        return update | {"failure": "the question is empty"}
+    if len(question) > limit:
+        return update | {"failure": f"the question is longer than {limit} characters (FASTRAG_MAX_QUESTION_CHARS)"}
+    query = str(state.get("rewritten_query") or question) if retry else question
+    # The retry reaches past what the first pass graded: those passages keep their scores (they were graded
+    # against the same question) and the reranker grades only passages it has not seen.
+    graded = {c["chunk_id"]: c for c in state.get("candidates") or []} if retry else {}
+    started = time.perf_counter()
+    try:
+        retriever = run.parts.retriever()
+        if isinstance(retriever, HybridRetriever):
+            # a keyword rewrite is a bag of search terms: it is searched lexically
+            mode: Mode | None = "lexical" if retry and state.get("rewriter") == "keyword" else None
+            docs, update["retrieval"] = retriever.search(query, mode, k=retriever.k + len(graded))
+            depth = retriever.k
+        else:
+            docs, update["retrieval"] = retriever.invoke(query), type(retriever).__name__
+            depth = len(docs)
+    except Exception as exc:  # a retriever failure abstains with the reason in the trace
+        return update | {"failure": f"retriever raised {type(exc).__name__}: {exc}"}
+    fresh = [c for c in map(_candidate, docs) if c["chunk_id"] not in graded][:depth]
+    fetched = time.perf_counter()
+    try:
+        # Candidates are always graded against the user's question: a rewrite may widen recall,
+        # but it can never make weak evidence look strong for a question nobody asked.
+        scores = checked_scores(run.parts.reranker(), question, [c["text"] for c in fresh])
+    except Exception as exc:
+        return update | {"failure": str(exc)}
+    reranked = time.perf_counter()
+    scored: list[Candidate] = [{**c, "score": s} for c, s in zip(fresh, scores, strict=True)]
+    candidates = sorted([*scored, *graded.values()], key=lambda c: c["score"], reverse=True)
+    # a second retrieval is part of the correction's cost
+    timings = (
+        {"crag_ms": (reranked - started) * 1000}
+        if retry
+        else {"retrieve_ms": (fetched - started) * 1000, "rerank_ms": (reranked - fetched) * 1000}
+    )
+    return update | {"candidates": candidates, "timings": timings}
+
+
 def make(parts: Components) -> Node:
     """Build the node over `parts`."""
-
-    def retrieve(state: State, *, runtime: Runtime[Context]) -> dict[str, Any]:
-        """Retrieve and rerank; failures and unusable questions become a traced `failure`."""
-        retry = bool(state.get("retry"))
-        # A fresh question (also on a thread that answered others before) starts a clean trace.
-        update: dict[str, Any] = {"retry": False, "failure": None, "candidates": []}
-        if not retry:
-            update |= {
-                "rewrites": 0,
-                "rewritten_query": None,
-                "rewriter": None,
-                "retrieval": None,
-                "strips_kept": None,
-                "band": None,
-                "top_score": None,
-                "verdicts": [],
-                "context": [],
-                "timings": {},
-            }
-        timings_state: State = {**state, **update}  # type: ignore[typeddict-item]
-        question = clean_text(question_of(state)).strip()
-        update["question"] = question
-        limit = parts.settings.max_question_chars
-        if not question:
-            return update | {"failure": "the question is empty"}
-        if len(question) > limit:
-            return update | {"failure": f"the question is longer than {limit} characters (FASTRAG_MAX_QUESTION_CHARS)"}
-        query = str(state.get("rewritten_query") or question) if retry else question
-        # The retry reaches past what the first pass graded: those passages keep their scores (they were graded
-        # against the same question) and the reranker grades only passages it has not seen.
-        graded = {c["chunk_id"]: c for c in state.get("candidates") or []} if retry else {}
-        started = time.perf_counter()
-        try:
-            retriever = parts.retriever()
-            if isinstance(retriever, HybridRetriever):
-                # a keyword rewrite is a bag of search terms: it is searched lexically
-                mode: Mode | None = "lexical" if retry and state.get("rewriter") == "keyword" else None
-                docs, update["retrieval"] = retriever.search(query, mode, k=retriever.k + len(graded))
-                depth = retriever.k
-            else:
-                docs, update["retrieval"] = retriever.invoke(query), type(retriever).__name__
-                depth = len(docs)
-        except Exception as exc:  # a retriever failure abstains with the reason in the trace
-            return update | {"failure": f"retriever raised {type(exc).__name__}: {exc}"}
-        fresh = [c for c in map(_candidate, docs) if c["chunk_id"] not in graded][:depth]
-        fetched = time.perf_counter()
-        try:
-            # Candidates are always graded against the user's question: a rewrite may widen recall,
-            # but it can never make weak evidence look strong for a question nobody asked.
-            scores = checked_scores(parts.reranker(), question, [c["text"] for c in fresh])
-        except Exception as exc:
-            return update | {"failure": str(exc)}
-        reranked = time.perf_counter()
-        scored: list[Candidate] = [{**c, "score": s} for c, s in zip(fresh, scores, strict=True)]
-        candidates = sorted([*scored, *graded.values()], key=lambda c: c["score"], reverse=True)
-        if retry:  # a second retrieval is part of the correction's cost
-            timings = add_time(timings_state, "crag_ms", (reranked - started) * 1000)
-        else:
-            timings = add_time(timings_state, "retrieve_ms", (fetched - started) * 1000)
-            timings = add_time({**timings_state, "timings": timings}, "rerank_ms", (reranked - fetched) * 1000)
-        return update | {"candidates": candidates, "timings": timings}
-
-    return retrieve
+    return stage(parts, retrieve, None, on_start=start)

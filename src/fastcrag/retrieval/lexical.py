@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import Stemmer
 
 FILE = "lexical.npz"
 K1, B = 0.9, 0.4  # BM25 parameters that suit short passages (Anserini's defaults)
@@ -35,8 +36,6 @@ class LexicalIndexError(RuntimeError):
 
 @lru_cache(maxsize=1)
 def _stemmer() -> Any:
-    import Stemmer
-
     return Stemmer.Stemmer("english")
 
 

@@ -42,7 +42,7 @@ def _read_text(path: Path) -> str:
 
 
 def _html(path: Path) -> str:
-    from bs4 import BeautifulSoup
+    from bs4 import BeautifulSoup  # heavy (about 0.1 s): loaded only when an HTML file is read
 
     soup = BeautifulSoup(_read_text(path), "html.parser")
     # page furniture is not content: navigation, headers and footers, sidebars, forms
@@ -52,7 +52,7 @@ def _html(path: Path) -> str:
 
 
 def _pdf(path: Path) -> str:
-    from pypdf import PdfReader
+    from pypdf import PdfReader  # heavy (about 0.25 s): loaded only when a PDF is read
 
     reader = PdfReader(str(path))
     return "\n\n".join(page.extract_text() or "" for page in reader.pages)
@@ -117,7 +117,7 @@ def load_documents(paths: list[Path]) -> Iterator[SourceDocument]:
 
 def python_reference() -> Iterator[SourceDocument]:
     """Python's own language reference, which ships with every Python as `pydoc_data.topics`."""
-    from pydoc_data.topics import topics
+    from pydoc_data.topics import topics  # a megabyte of text, read only to build the default index
 
     for name in sorted(topics):
         text = clean(topics[name])

@@ -17,10 +17,14 @@ new ones inserted in the same transaction, so a build killed at any point leaves
 and the next run completes it. The first build of an empty collection loads the rows and builds the HNSW graph
 once at the end (several times faster than growing it row by row; search is exact until then, and a run after a
 killed first build makes the index). Every error names the store by its URL with the password redacted.
+
+psycopg, psycopg-pool and pgvector (the optional `postgres` extra) are imported inside the functions that use them,
+so that this module imports without them.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 import weakref
@@ -42,15 +46,14 @@ from fastcrag.config.settings import (
     redact_message,
     redact_url,
 )
+from fastcrag.retrieval.indexing import BuildReport, ChunkBatch, DocumentEntry, stream_index
 from fastcrag.retrieval.lexical import _idf, words
+from fastcrag.retrieval.loaders import SourceDocument
 from fastcrag.retrieval.store import IndexLoadError
 
 if TYPE_CHECKING:
     import psycopg
     from psycopg_pool import ConnectionPool
-
-    from fastcrag.retrieval.indexing import BuildReport, ChunkBatch, DocumentEntry
-    from fastcrag.retrieval.loaders import SourceDocument
 
 #: Each step is a list of SQL statements; the schema version is the number of steps applied.
 MIGRATIONS: list[list[str]] = [
@@ -443,6 +446,22 @@ class PgStore(VectorStore):
             ).fetchone()
         return int(row[0]) if row else 0
 
+    def sources(self) -> set[str]:
+        """The source of every document in the collection (as citations name them)."""
+        with self._connection("listing sources") as conn:
+            rows = conn.execute(
+                "SELECT source FROM fastcrag_documents WHERE collection_id = %s", (self.collection.id,)
+            ).fetchall()
+        return {str(r[0]) for r in rows}
+
+    def sample_chunks(self, limit: int) -> list[tuple[str, str]]:
+        """Up to `limit` (source, text) chunks, spread over the collection in a fixed pseudo-random order."""
+        from psycopg import sql
+
+        query = sql.SQL("SELECT source, text FROM {} ORDER BY md5(chunk_id) LIMIT %s").format(self._table())
+        with self._connection("sampling chunks") as conn:
+            return [(str(r[0]), str(r[1])) for r in conn.execute(query, (limit,)).fetchall()]
+
     # -- reading -----------------------------------------------------------------------------------------
     def similarity_search_with_score(self, query: str, k: int = 4, **kwargs: Any) -> list[tuple[Document, float]]:
         """Top-k chunks by cosine similarity (HNSW), with the similarity."""
@@ -648,8 +667,6 @@ def build_hnsw_index(
     Returns:
         The settings it was built with, or None when the index was there.
     """
-    import os
-
     from psycopg import sql
 
     if conn.execute("SELECT to_regclass(%s)", (_hnsw(collection),)).fetchone() != (None,):
@@ -871,7 +888,5 @@ def build_pg_index(
     Raises:
         PgStoreError: the store is unreachable, lacks pgvector, or the collection was built with another embedder.
     """
-    from fastcrag.retrieval.indexing import stream_index
-
     with PgSink(url, embedding, collection, chunk_settings=(chunk_tokens, chunk_overlap), prune=prune) as sink:
         return stream_index(documents, sink, embedding, chunk_tokens, chunk_overlap, batch_size, progress)

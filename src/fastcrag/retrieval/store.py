@@ -5,6 +5,7 @@ A version folder holds index.faiss + lexical.npz + chunks.jsonl + manifest.json,
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -69,11 +70,20 @@ class FaissStore(VectorStore):
         return self.embedding
 
     def _ensure_index(self, dim: int) -> Any:
-        import faiss
+        import faiss  # a native library (about 30 ms): loaded with the first index, not on import
 
         if self._index is None:
             self._index = faiss.IndexFlatIP(dim)
         return self._index
+
+    def sources(self) -> set[str]:
+        """The source of every document in the store (as citations name them)."""
+        return {str(c["metadata"].get("source", "")) for c in self.chunks} - {""}
+
+    def sample_chunks(self, limit: int) -> list[tuple[str, str]]:
+        """Up to `limit` (source, text) chunks, spread over the store in a fixed pseudo-random order."""
+        order = sorted(self.chunks, key=lambda c: hashlib.md5(str(c["id"]).encode()).hexdigest())
+        return [(str(c["metadata"].get("source", "")), str(c["text"])) for c in order[:limit]]
 
     def __len__(self) -> int:
         return len(self.chunks)
@@ -122,7 +132,7 @@ class FaissStore(VectorStore):
         keep = [i for i, c in enumerate(self.chunks) if c["id"] not in drop]
         if len(keep) == len(self.chunks):
             return False
-        import faiss
+        import faiss  # a native library (about 30 ms): loaded with the first index, not on import
 
         vectors = self._index.reconstruct_n(0, self._index.ntotal)[keep] if keep else None
         index = faiss.IndexFlatIP(self._index.d)
@@ -208,7 +218,7 @@ class FaissStore(VectorStore):
         A build killed at any point leaves the previous version loadable: files are written into a fresh
         folder, flushed, and only then is the one-line pointer file replaced with `os.replace`.
         """
-        import faiss
+        import faiss  # a native library (about 30 ms): loaded with the first index, not on import
 
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
@@ -257,7 +267,7 @@ class FaissStore(VectorStore):
                 the FAISS index, or the index was built with another embedder.
             IndexFormatError: the index was written by another format version.
         """
-        import faiss
+        import faiss  # a native library (about 30 ms): loaded with the first index, not on import
 
         folder = Path(folder)
         try:

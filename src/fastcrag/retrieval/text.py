@@ -8,6 +8,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from tokenizers import Tokenizer
+
+from fastcrag.retrieval.embeddings import packaged_minilm_path
+
 # A sentence ends at . ! ? (optionally followed by closing quotes/brackets) before whitespace and an
 # upper-case letter, digit or opening quote; common abbreviations and initials do not end a sentence.
 _ABBREVIATIONS = {
@@ -91,6 +95,11 @@ def strip_markup(text: str) -> str:
     return re.sub(r"\n{3,}", "\n\n", text)
 
 
+def normalise(text: str) -> str:
+    """Case- and whitespace-insensitive form of a text: for telling an unchanged rewrite, or finding an answer."""
+    return " ".join(text.casefold().split())
+
+
 def split_sentences(text: str) -> list[str]:
     """Split text into sentence strips; blank lines and line-broken blocks also separate strips."""
     strips: list[str] = []
@@ -115,8 +124,6 @@ def split_sentences(text: str) -> list[str]:
 
 @cache
 def _tokenizer(path: str) -> Any:
-    from tokenizers import Tokenizer
-
     tokenizer = Tokenizer.from_file(path)
     tokenizer.no_padding()
     tokenizer.no_truncation()
@@ -125,8 +132,6 @@ def _tokenizer(path: str) -> Any:
 
 def default_tokenizer() -> Any:
     """The embedder's WordPiece tokenizer (fast, no model load)."""
-    from fastcrag.retrieval.embeddings import packaged_minilm_path
-
     return _tokenizer(str(Path(packaged_minilm_path()) / "tokenizer.json"))
 
 

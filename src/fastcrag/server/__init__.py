@@ -1,3 +1,3 @@
-"""HTTP side of fastcrag under `langgraph dev`: the decision-trace console and Prometheus metrics (see `app`)."""
+"""The HTTP side of fastcrag: the production server (`fastcrag serve`, see `app`) and the console app."""
 
 from __future__ import annotations

@@ -1,94 +1,143 @@
-"""The custom HTTP app that `langgraph dev` mounts beside its API (langgraph.json `http.app`): console and metrics.
+"""The production HTTP app behind `fastcrag serve`: a thin Starlette app over the compiled graph.
 
-Routes:
-    GET /console: the decision-trace console (plain HTML + JS, no build step, no CDN); it calls the server's own
-        `POST /runs/wait` on the `crag` assistant.
-    GET /console/{asset}: the console's script and stylesheet.
-    GET /metrics: Prometheus text (`crag_actions`, `fastcrag_stage_seconds`). Under `langgraph dev` the server's
-        own `/metrics` route comes first; it serves the same global prometheus-client registry, so the fastcrag
-        series appear there too. This route answers when the app runs on its own (`uvicorn fastcrag.server.app:app`).
-    GET /fastcrag/metrics: the same text, under a path the LangGraph server never claims.
-    With `PROMETHEUS_MULTIPROC_DIR` set (`fastcrag serve --workers K` sets it), both routes sum every worker's
-    series (prometheus-client's multiprocess collector) instead of reading this process's registry.
-    GET /fastcrag/health: `{"status": "ok"}` (the app's own readiness probe).
+uvicorn runs `create_app` in each worker (factory mode). The worker builds its `Service` once, at startup, and then
+answers the subset of the LangGraph server API that `langgraph_sdk` (`get_client` / `get_sync_client`) and
+`langgraph.pregel.remote.RemoteGraph` use, so both work unchanged:
 
-Every handler is async and does no blocking I/O: the page assets are read once, at import.
+    GET  /ok                                       liveness (never needs the key)
+    POST /assistants/search                        the one assistant, `crag` (graph id) = ASSISTANT_ID
+    GET  /assistants/{id}  /assistants/{id}/schemas  /assistants/{id}/graph
+    POST /threads                                  create a thread (recorded beside the checkpoints)
+    GET  /threads/{id}  /threads/{id}/state  /threads/{id}/state/{checkpoint_id}
+    POST /threads/{id}/state/checkpoint            the state at a given checkpoint (RemoteGraph.get_state)
+    POST /runs/wait  /runs/stream                  a run without a thread (no checkpoint is written)
+    POST /threads/{id}/runs/wait  /threads/{id}/runs/stream   a run on a thread (history in the checkpointer)
+    GET  /metrics                                  Prometheus, summed over every worker (multiprocess mode)
+    GET  /console  /console/{asset}                the decision-trace console (static files, no data)
+
+Why not the stock LangGraph server (`langgraph-api`) for production: `langgraph dev` (langgraph-api with the
+in-memory runtime, whose queue is polled every 0.5 s) stays the Studio path. Its Postgres runtime on PyPI,
+`langgraph-runtime-pg` 0.11.1.post1 (MIT), pins `langgraph-api==0.11.1` and `langgraph-checkpoint-postgres==3.1.0`,
+which conflict with the langgraph-api 0.16.x (via `langgraph-cli[inmem]`) and checkpoint-postgres 3.2 that fastcrag
+ships, and it depends on Redis (`redis>=5.0`) beside Postgres. langgraph-api itself is licensed Elastic-2.0
+(`pip show langgraph-api`), which forbids offering it to third parties as a managed service. A thin app over the
+compiled graph and the shared checkpointer needs neither, keeps runs synchronous to the request (no queue polling on
+the latency path), and keeps the wire format the SDK and RemoteGraph expect.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
-from importlib import resources
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from importlib.metadata import version
 
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
-import fastcrag.metrics  # noqa: F401  (registers the fastcrag series with the global registry)
+from fastcrag.config.settings import Settings
+from fastcrag.graph.checkpoints import describe
+from fastcrag.server import console
+from fastcrag.server.assistants import GRAPH_ID, assistant_graph, assistant_schemas, get_assistant, search_assistants
+from fastcrag.server.runs import run_stream, run_wait
+from fastcrag.server.service import Service, start_service, startup_reason
+from fastcrag.server.threads import create_thread, get_thread, get_thread_state, post_thread_state
+from fastcrag.server.wire import Guard, OrjsonResponse, http_error
 
-ASSETS: dict[str, tuple[str, str]] = {
-    "console.js": ("text/javascript; charset=utf-8", "console.js"),
-    "console.css": ("text/css; charset=utf-8", "console.css"),
-}
+log = logging.getLogger("fastcrag.server")
 
-
-def _read_web(name: str) -> str:
-    """The text of one packaged console file."""
-    return resources.files("fastcrag.web").joinpath(name).read_text(encoding="utf-8")
-
-
-INDEX_HTML = _read_web("index.html")
-ASSET_TEXT = {name: _read_web(file) for name, (_, file) in ASSETS.items()}
+StartService = Callable[[AsyncExitStack], Awaitable[Service]]
 
 
-async def console(request: Request) -> HTMLResponse:
-    """The console page."""
-    return HTMLResponse(INDEX_HTML, headers={"Cache-Control": "no-store"})
+async def ok(request: Request) -> Response:
+    """Liveness."""
+    return OrjsonResponse({"ok": True})
 
 
-async def console_asset(request: Request) -> Response:
-    """One of the console's static files (a fixed allow-list, never a path on disk)."""
-    name = str(request.path_params["asset"])
-    if name not in ASSETS:
-        return Response("not found", status_code=404, media_type="text/plain")
-    return Response(ASSET_TEXT[name], media_type=ASSETS[name][0], headers={"Cache-Control": "no-store"})
+async def info(request: Request) -> Response:
+    """What serves here (the SDK and Studio read `/info`)."""
+    return OrjsonResponse({"version": version("fastcrag"), "flags": {"assistants": True, "crons": False}})
 
 
-def registry() -> CollectorRegistry:
-    """The registry to expose: every worker's series in multiprocess mode, else this process's global registry."""
-    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        return REGISTRY
-    from prometheus_client import multiprocess
-
-    merged = CollectorRegistry()
-    multiprocess.MultiProcessCollector(merged)  # type: ignore[no-untyped-call]
-    return merged
-
-
-async def metrics(request: Request) -> Response:
-    """Prometheus exposition of the global registry (fastcrag's series included)."""
-    return Response(generate_latest(registry()), media_type=CONTENT_TYPE_LATEST)
-
-
-async def health(request: Request) -> JSONResponse:
-    """Readiness of the custom app."""
-    return JSONResponse({"status": "ok"})
-
-
-def create_app() -> Starlette:
-    """Build the Starlette app (one per server)."""
-    return Starlette(
-        routes=[
-            Route("/console", console, methods=["GET"]),
-            Route("/console/", console, methods=["GET"]),
-            Route("/console/{asset}", console_asset, methods=["GET"]),
-            Route("/metrics", metrics, methods=["GET"]),
-            Route("/fastcrag/metrics", metrics, methods=["GET"]),
-            Route("/fastcrag/health", health, methods=["GET"]),
-        ]
-    )
+def routes() -> list[Route]:
+    """The API's routes; `/metrics` and the console are the console app's handlers (multiprocess-aware metrics)."""
+    return [
+        Route("/ok", ok, methods=["GET"]),
+        Route("/info", info, methods=["GET"]),
+        Route("/assistants/search", search_assistants, methods=["POST"]),
+        Route("/assistants/{assistant_id}", get_assistant, methods=["GET"]),
+        Route("/assistants/{assistant_id}/schemas", assistant_schemas, methods=["GET"]),
+        Route("/assistants/{assistant_id}/graph", assistant_graph, methods=["GET"]),
+        Route("/threads", create_thread, methods=["POST"]),
+        Route("/threads/{thread_id}", get_thread, methods=["GET"]),
+        Route("/threads/{thread_id}/state", get_thread_state, methods=["GET"]),
+        Route("/threads/{thread_id}/state/checkpoint", post_thread_state, methods=["POST"]),
+        Route("/threads/{thread_id}/state/{checkpoint_id}", get_thread_state, methods=["GET"]),
+        Route("/threads/{thread_id}/runs/wait", run_wait, methods=["POST"]),
+        Route("/threads/{thread_id}/runs/stream", run_stream, methods=["POST"]),
+        Route("/runs/wait", run_wait, methods=["POST"]),
+        Route("/runs/stream", run_stream, methods=["POST"]),
+        Route("/metrics", console.metrics, methods=["GET"]),
+        Route("/console", console.console, methods=["GET"]),
+        Route("/console/", console.console, methods=["GET"]),
+        Route("/console/{asset}", console.console_asset, methods=["GET"]),
+    ]
 
 
-app = create_app()
+class Server:
+    """The ASGI app: its own lifespan (startup errors as one clear line, never a traceback), then `Guard`."""
+
+    def __init__(self, start: StartService | None = None, key: str | None = None) -> None:
+        """Serve the service `start` builds (default: from the `FASTRAG_*` environment), guarded by `key`."""
+        self.start: StartService = start or start_service
+        router = Starlette(routes=routes(), exception_handlers={HTTPException: http_error})
+        self.app = Guard(router, key)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Handle the lifespan here; pass requests through the guard."""
+        if scope["type"] == "lifespan":
+            await self._lifespan(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    async def _lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await receive()  # lifespan.startup
+        stack = AsyncExitStack()
+        try:
+            service = await self.start(stack)
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                await stack.aclose()
+            reason = startup_reason(exc)
+            await send({"type": "lifespan.startup.failed", "message": f"fastcrag serve: cannot start: {reason}"})
+            return
+        if "state" in scope:
+            scope["state"]["service"] = service
+        checkpoints = describe(service.settings.checkpoints)
+        log.info("worker %d ready: graph %s, checkpoints %s", os.getpid(), GRAPH_ID, checkpoints)
+        await send({"type": "lifespan.startup.complete"})
+        await receive()  # lifespan.shutdown
+        try:
+            await stack.aclose()
+        except Exception as exc:
+            await send({"type": "lifespan.shutdown.failed", "message": f"fastcrag serve: {service.reason(exc)}"})
+            return
+        await send({"type": "lifespan.shutdown.complete"})
+
+
+def create_app(start: StartService | None = None, settings: Settings | None = None) -> Server:
+    """The app uvicorn runs in each worker (`fastcrag.server.app:create_app`, factory mode).
+
+    Args:
+        start: Builds the worker's `Service` (tests inject one); the default reads the `FASTRAG_*` environment.
+        settings: Settings for the key check; read from the environment when None.
+    """
+    settings = settings or Settings()
+    key = settings.api_key.get_secret_value() if settings.api_key is not None else None
+    return Server(start, key or None)

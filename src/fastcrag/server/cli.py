@@ -1,4 +1,4 @@
-"""Subcommand `serve` for the main `fastcrag` CLI: the production server (uvicorn workers over `server.api`)."""
+"""Subcommand `serve` for the main `fastcrag` CLI: the production server (uvicorn workers over `server.app`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sys
 import tempfile
 from typing import Any
 
-APP = "fastcrag.server.api:create_app"
+APP = "fastcrag.server.app:create_app"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 
@@ -103,7 +103,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         os.environ.setdefault("FASTRAG_CHECKPOINTS", local_url)
     try:
         settings = Settings()
-        from fastcrag.server.api import ServeSettings
+        from fastcrag.server.limits import ServeSettings
 
         ServeSettings()
     except ValidationError as exc:

@@ -1,227 +1,192 @@
-"""Thread records for `fastcrag serve`, kept in the checkpoints' own database (Postgres or SQLite).
+"""The thread routes of `fastcrag serve`: create a thread, read it, and read its state at any checkpoint.
 
-A thread's history lives in the LangGraph checkpointer; this table only remembers that a thread was created
-(`POST /threads`, before any run) with its metadata and times, so that every worker can answer for it. Workers hold
-no thread state of their own.
+A thread's history is the checkpointer's; its record (`records.py`) only says that it was created, with its
+metadata and times. A thread known only by its checkpoints (written by another process on the same database)
+counts as existing.
 """
 
 from __future__ import annotations
 
-import json
-import time
-from dataclasses import dataclass
+import logging
+import re
+import uuid
+from collections.abc import Awaitable
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
-TABLE = "fastcrag_threads"
-RUNS = "fastcrag_thread_runs"
-"""One row per thread with a run in flight: the run's lease, so that runs on one thread never overlap."""
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
 
+from fastcrag.server.service import Service, service_of
+from fastcrag.server.wire import OrjsonResponse, read_json
 
-@dataclass(frozen=True)
-class ThreadRecord:
-    """One created thread."""
+log = logging.getLogger("fastcrag.server")
 
-    thread_id: str
-    created_at: datetime
-    updated_at: datetime
-    metadata: dict[str, Any]
+THREAD_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$")
 
 
-class ThreadRecords(Protocol):
-    """Where thread records are kept."""
-
-    async def setup(self) -> None:
-        """Create the table when missing (safe to run from several workers at once)."""
-
-    async def create(self, thread_id: str, metadata: dict[str, Any]) -> ThreadRecord | None:
-        """Insert a thread; None when one with this id exists already."""
-
-    async def get(self, thread_id: str) -> ThreadRecord | None:
-        """The thread's record, or None."""
-
-    async def touch(self, thread_id: str) -> None:
-        """Set the thread's `updated_at` to now (after a run)."""
-
-    async def claim(self, thread_id: str, run_id: str, seconds: float) -> bool:
-        """Take the thread's run lease for `seconds`; False while another run holds an unexpired one.
-
-        A worker that dies mid-run leaves its lease to expire; the run timeout bounds how long that takes.
-        """
-
-    async def release(self, thread_id: str, run_id: str) -> None:
-        """Give back the lease `run_id` holds (nothing when it holds none)."""
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-def _aware(value: Any) -> datetime:
-    """A timezone-aware datetime from a database value (a datetime or ISO text)."""
-    moment = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
-def _metadata(value: Any) -> dict[str, Any]:
-    loaded = json.loads(value) if isinstance(value, str | bytes) else value
-    return dict(loaded) if isinstance(loaded, dict) else {}
-
-
-def _record(row: Any) -> ThreadRecord:
-    return ThreadRecord(
-        thread_id=str(row[0]),
-        created_at=_aware(row[1]),
-        updated_at=_aware(row[2]),
-        metadata=_metadata(row[3]),
-    )
-
-
-class PostgresThreadRecords:
-    """Thread records in the Postgres database of an `AsyncPostgresSaver` (its pool or connection)."""
-
-    def __init__(self, conn: Any) -> None:
-        """Use `conn`: a psycopg `AsyncConnectionPool` or `AsyncConnection`."""
-        self._conn = conn
-
-    async def _execute(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
-        from psycopg_pool import AsyncConnectionPool
-
-        if isinstance(self._conn, AsyncConnectionPool):
-            async with self._conn.connection() as conn, conn.cursor() as cur:
-                await cur.execute(sql, params)
-                return list(await cur.fetchall()) if cur.description else []
-        async with self._conn.cursor() as cur:
-            await cur.execute(sql, params)
-            return list(await cur.fetchall()) if cur.description else []
-
-    @staticmethod
-    def _row(row: Any) -> ThreadRecord:
-        if isinstance(row, dict):  # the saver's pool hands out dict-row connections
-            row = (row["thread_id"], row["created_at"], row["updated_at"], row["metadata"])
-        return _record(row)
-
-    async def setup(self) -> None:
-        """Create the table; an advisory lock keeps concurrent workers from racing on the catalogue."""
-        await self._execute(
-            "DO $$ BEGIN PERFORM pg_advisory_xact_lock(hashtext('fastcrag_threads_setup')); "
-            f"CREATE TABLE IF NOT EXISTS {TABLE} (thread_id TEXT PRIMARY KEY, "
-            "created_at TIMESTAMPTZ NOT NULL, updated_at TIMESTAMPTZ NOT NULL, "
-            "metadata JSONB NOT NULL DEFAULT '{}'::jsonb); "
-            f"CREATE TABLE IF NOT EXISTS {RUNS} (thread_id TEXT PRIMARY KEY, run_id TEXT NOT NULL, "
-            "expires_at TIMESTAMPTZ NOT NULL); END $$"
-        )
-
-    async def create(self, thread_id: str, metadata: dict[str, Any]) -> ThreadRecord | None:
-        """Insert a thread; None when it exists."""
-        now = _now()
-        rows = await self._execute(
-            f"INSERT INTO {TABLE} (thread_id, created_at, updated_at, metadata) VALUES (%s, %s, %s, %s::jsonb) "
-            "ON CONFLICT (thread_id) DO NOTHING RETURNING thread_id, created_at, updated_at, metadata",
-            (thread_id, now, now, json.dumps(metadata)),
-        )
-        return self._row(rows[0]) if rows else None
-
-    async def get(self, thread_id: str) -> ThreadRecord | None:
-        """The thread's record, or None."""
-        rows = await self._execute(
-            f"SELECT thread_id, created_at, updated_at, metadata FROM {TABLE} WHERE thread_id = %s", (thread_id,)
-        )
-        return self._row(rows[0]) if rows else None
-
-    async def touch(self, thread_id: str) -> None:
-        """Set `updated_at` to now."""
-        await self._execute(f"UPDATE {TABLE} SET updated_at = %s WHERE thread_id = %s", (_now(), thread_id))
-
-    async def claim(self, thread_id: str, run_id: str, seconds: float) -> bool:
-        """Take the lease (times on the database's clock, so workers' clocks need not agree)."""
-        rows = await self._execute(
-            f"INSERT INTO {RUNS} (thread_id, run_id, expires_at) "
-            "VALUES (%s, %s, clock_timestamp() + make_interval(secs => %s)) ON CONFLICT (thread_id) DO UPDATE "
-            "SET run_id = excluded.run_id, expires_at = excluded.expires_at "
-            f"WHERE {RUNS}.expires_at < clock_timestamp() RETURNING run_id",
-            (thread_id, run_id, float(seconds)),
-        )
-        return bool(rows)
-
-    async def release(self, thread_id: str, run_id: str) -> None:
-        """Give back the lease."""
-        await self._execute(f"DELETE FROM {RUNS} WHERE thread_id = %s AND run_id = %s", (thread_id, run_id))
-
-
-class SqliteThreadRecords:
-    """Thread records in the SQLite file of an `AsyncSqliteSaver`, sharing its connection and lock."""
-
-    def __init__(self, conn: Any, lock: Any) -> None:
-        """Use the saver's aiosqlite connection and its `asyncio.Lock`."""
-        self._conn = conn
-        self._lock = lock
-
-    async def _execute(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
-        async with self._lock:
-            cursor = await self._conn.execute(sql, params)
-            rows = list(await cursor.fetchall())
-            await cursor.close()
-            await self._conn.commit()
-            return rows
-
-    async def setup(self) -> None:
-        """Create the table when missing."""
-        await self._execute(
-            f"CREATE TABLE IF NOT EXISTS {TABLE} (thread_id TEXT PRIMARY KEY, created_at TEXT NOT NULL, "
-            "updated_at TEXT NOT NULL, metadata TEXT NOT NULL DEFAULT '{}')"
-        )
-        await self._execute(
-            f"CREATE TABLE IF NOT EXISTS {RUNS} (thread_id TEXT PRIMARY KEY, run_id TEXT NOT NULL, "
-            "expires_at REAL NOT NULL)"
-        )
-
-    async def create(self, thread_id: str, metadata: dict[str, Any]) -> ThreadRecord | None:
-        """Insert a thread; None when it exists."""
-        now = _now().isoformat()
-        rows = await self._execute(
-            f"INSERT INTO {TABLE} (thread_id, created_at, updated_at, metadata) VALUES (?, ?, ?, ?) "
-            "ON CONFLICT (thread_id) DO NOTHING RETURNING thread_id, created_at, updated_at, metadata",
-            (thread_id, now, now, json.dumps(metadata)),
-        )
-        return _record(rows[0]) if rows else None
-
-    async def get(self, thread_id: str) -> ThreadRecord | None:
-        """The thread's record, or None."""
-        rows = await self._execute(
-            f"SELECT thread_id, created_at, updated_at, metadata FROM {TABLE} WHERE thread_id = ?", (thread_id,)
-        )
-        return _record(rows[0]) if rows else None
-
-    async def touch(self, thread_id: str) -> None:
-        """Set `updated_at` to now."""
-        await self._execute(f"UPDATE {TABLE} SET updated_at = ? WHERE thread_id = ?", (_now().isoformat(), thread_id))
-
-    async def claim(self, thread_id: str, run_id: str, seconds: float) -> bool:
-        """Take the lease (one machine: its clock)."""
-        now = time.time()
-        rows = await self._execute(
-            f"INSERT INTO {RUNS} (thread_id, run_id, expires_at) VALUES (?, ?, ?) ON CONFLICT (thread_id) DO UPDATE "
-            f"SET run_id = excluded.run_id, expires_at = excluded.expires_at WHERE {RUNS}.expires_at < ? "
-            "RETURNING run_id",
-            (thread_id, run_id, now + seconds, now),
-        )
-        return bool(rows)
-
-    async def release(self, thread_id: str, run_id: str) -> None:
-        """Give back the lease."""
-        await self._execute(f"DELETE FROM {RUNS} WHERE thread_id = ? AND run_id = ?", (thread_id, run_id))
-
-
-def thread_records(saver: Any) -> ThreadRecords:
-    """The thread records beside `saver`'s checkpoints (same database, same connections).
+def valid_thread_id(value: Any) -> str:
+    """`value` as a thread id.
 
     Raises:
-        TypeError: the checkpointer is neither the Postgres nor the SQLite saver.
+        HTTPException: 422 for an id that is not 1-128 letters, digits and `_.:@-`.
     """
-    kind = type(saver).__name__
-    if kind == "AsyncPostgresSaver":
-        return PostgresThreadRecords(saver.conn)
-    if kind == "AsyncSqliteSaver":
-        return SqliteThreadRecords(saver.conn, saver.lock)
-    raise TypeError(f"fastcrag serve keeps thread records beside Postgres or SQLite checkpoints, not {kind}")
+    text = str(value)
+    if not THREAD_ID.match(text):
+        raise HTTPException(422, "a thread id is 1-128 letters, digits and `_.:@-`, starting with a letter or digit")
+    return text
+
+
+def _checkpoint_ref(config: Any) -> dict[str, Any] | None:
+    conf = (config or {}).get("configurable") or {}
+    if not conf.get("thread_id") or not conf.get("checkpoint_id"):
+        return None
+    return {
+        "thread_id": conf["thread_id"],
+        "checkpoint_ns": conf.get("checkpoint_ns") or "",
+        "checkpoint_id": conf["checkpoint_id"],
+        "checkpoint_map": conf.get("checkpoint_map"),
+    }
+
+
+def _thread_state(snapshot: Any, thread_id: str) -> dict[str, Any]:
+    """A LangGraph `StateSnapshot` in the server API's ThreadState shape."""
+    return {
+        "values": snapshot.values or {},
+        "next": list(snapshot.next),
+        "tasks": [
+            {
+                "id": t.id,
+                "name": t.name,
+                "path": list(t.path),
+                "error": None if t.error is None else type(t.error).__name__,
+                "interrupts": [{"id": i.id, "value": i.value} for i in t.interrupts],
+                "checkpoint": None,
+                "state": None,
+                "result": getattr(t, "result", None),
+            }
+            for t in snapshot.tasks
+        ],
+        "metadata": snapshot.metadata or {},
+        "created_at": snapshot.created_at,
+        "checkpoint": _checkpoint_ref(snapshot.config)
+        or {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": None, "checkpoint_map": None},
+        "parent_checkpoint": _checkpoint_ref(snapshot.parent_config),
+        "interrupts": [{"id": i.id, "value": i.value} for i in getattr(snapshot, "interrupts", ())],
+        "checkpoint_id": (snapshot.config or {}).get("configurable", {}).get("checkpoint_id"),
+        "parent_checkpoint_id": (snapshot.parent_config or {}).get("configurable", {}).get("checkpoint_id"),
+    }
+
+
+async def _store_call(service: Service, what: str, call: Awaitable[Any]) -> Any:
+    """Await a thread-record or checkpoint call; a database failure becomes a redacted 503."""
+    try:
+        return await call
+    except HTTPException:
+        raise
+    except Exception as exc:
+        reason = service.reason(exc)
+        log.warning("%s failed: %s", what, reason)
+        raise HTTPException(503, f"{what} failed: {reason}") from None
+
+
+async def thread_known(service: Service, thread_id: str) -> Any:
+    """The thread's record, True for a thread known only by its checkpoints, or None (database errors raise)."""
+    record = await service.threads.get(thread_id)
+    if record is not None:
+        return record
+    found = await service.saver.aget_tuple({"configurable": {"thread_id": thread_id}})
+    return True if found is not None else None
+
+
+async def _thread_exists(service: Service, thread_id: str) -> Any:
+    """`thread_known`, with a database failure as a redacted 503."""
+    return await _store_call(service, "reading the thread", thread_known(service, thread_id))
+
+
+def _thread_json(record: Any, thread_id: str, values: dict[str, Any]) -> dict[str, Any]:
+    if record is True or record is None:
+        now = datetime.now(UTC).isoformat()
+        created, updated, metadata = now, now, {}
+    else:
+        created, updated, metadata = record.created_at.isoformat(), record.updated_at.isoformat(), record.metadata
+    return {
+        "thread_id": thread_id,
+        "created_at": created,
+        "updated_at": updated,
+        "metadata": metadata,
+        "status": "idle",
+        "values": values,
+        "interrupts": {},
+        "config": {},
+    }
+
+
+async def create_thread(request: Request) -> Response:
+    """`POST /threads`: record a thread (`thread_id` optional; `if_exists` raise or do_nothing)."""
+    service = service_of(request)
+    body = await read_json(request, service.limits.max_body_bytes)
+    thread_id = valid_thread_id(body.get("thread_id") or uuid.uuid4())
+    metadata = body.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        raise HTTPException(422, "metadata must be a JSON object")
+    if body.get("supersteps"):
+        raise HTTPException(422, "supersteps are not supported by fastcrag serve")
+    if_exists = body.get("if_exists") or "raise"
+    if if_exists not in ("raise", "do_nothing"):
+        raise HTTPException(422, "if_exists must be `raise` or `do_nothing`")
+    record = await _store_call(service, "creating the thread", service.threads.create(thread_id, metadata))
+    if record is None:
+        if if_exists == "raise":
+            raise HTTPException(409, f"thread {thread_id} exists already")
+        record = await _store_call(service, "reading the thread", service.threads.get(thread_id))
+    return OrjsonResponse(_thread_json(record, thread_id, {}))
+
+
+async def get_thread(request: Request) -> Response:
+    """`GET /threads/{id}`: the record and the latest values."""
+    service = service_of(request)
+    thread_id = valid_thread_id(request.path_params["thread_id"])
+    record = await _thread_exists(service, thread_id)
+    if record is None:
+        raise HTTPException(404, f"thread {thread_id} not found")
+    snapshot = await _store_call(
+        service, "reading the checkpoints", service.graph.aget_state({"configurable": {"thread_id": thread_id}})
+    )
+    return OrjsonResponse(_thread_json(record, thread_id, snapshot.values or {}))
+
+
+async def _state_at(request: Request, checkpoint: dict[str, Any]) -> Response:
+    service = service_of(request)
+    thread_id = valid_thread_id(request.path_params["thread_id"])
+    if await _thread_exists(service, thread_id) is None:
+        raise HTTPException(404, f"thread {thread_id} not found")
+    configurable: dict[str, Any] = {"thread_id": thread_id}
+    for name in ("checkpoint_ns", "checkpoint_id"):
+        value = checkpoint.get(name)
+        if value is not None and not isinstance(value, str):
+            raise HTTPException(422, f"{name} must be a string")
+        if value:
+            configurable[name] = value
+    snapshot = await _store_call(
+        service, "reading the checkpoints", service.graph.aget_state({"configurable": configurable})
+    )
+    if configurable.get("checkpoint_id") and _checkpoint_ref(snapshot.config) is None:
+        raise HTTPException(404, f"checkpoint {configurable['checkpoint_id']} not found on thread {thread_id}")
+    return OrjsonResponse(_thread_state(snapshot, thread_id))
+
+
+async def get_thread_state(request: Request) -> Response:
+    """`GET /threads/{id}/state` (the latest checkpoint) and `/threads/{id}/state/{checkpoint_id}`, as ThreadState."""
+    return await _state_at(request, {"checkpoint_id": request.path_params.get("checkpoint_id")})
+
+
+async def post_thread_state(request: Request) -> Response:
+    """`POST /threads/{id}/state/checkpoint`: the state at `{"checkpoint": {checkpoint_id, checkpoint_ns}}`."""
+    service = service_of(request)
+    body = await read_json(request, service.limits.max_body_bytes)
+    checkpoint = body.get("checkpoint") or {}
+    if not isinstance(checkpoint, dict):
+        raise HTTPException(422, "checkpoint must be a JSON object")
+    return await _state_at(request, checkpoint)

@@ -14,6 +14,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from fastcrag.retrieval.text import split_sentences
 from fastcrag.training.data import (
     Article,
     answer_sentence_index,
@@ -22,7 +23,6 @@ from fastcrag.training.data import (
     load_beir,
     load_squad,
     sentence_windows,
-    split_sentences,
     squad11_articles,
 )
 
@@ -30,6 +30,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 _TOKEN_RE = re.compile(r"\w+")
+#: The blocks of `quality_benchmark`, in the order they run.
+SECTIONS = ("squad2", "strip", "scifact")
 
 
 # ------------------------------------------------------------------------------------------------ metrics
@@ -196,6 +198,7 @@ def quality_benchmark(
     seed: int = 0,
     cache_dir: Path | None = Path("runs/cache"),
     progress: Callable[[str], None] = print,
+    sections: Sequence[str] = SECTIONS,
 ) -> dict[str, dict[str, float]]:
     """Print and return the quality table: rows = measures, columns = baselines and graders.
 
@@ -207,14 +210,18 @@ def quality_benchmark(
     paragraph first; (2) snippets: the same four classes, each question's first 5 candidate paragraphs
     cut into windows of one or two adjacent sentences (`snippet_windows`), score = top snippet score,
     AUC answerable vs unanswerable, vs gold-removed and vs off-corpus; (3) strip scoring: share of
-    held-out SQuAD 1.1 questions whose answer sentence ranks first among its paragraph's sentences;
+    held-out SQuAD 1.1 questions whose answer sentence ranks first among its paragraph's sentences (cut by the
+    refine node's splitter; `strip_questions`);
     (4) SciFact test nDCG@10 reranking the bi-encoder's top `scifact_depth`. The bi-encoder column
     scores by cosine (top cosine over the candidates or snippets). With `fusion_pairs` (a training run's
     `pool/dev.jsonl`), each grader also gets a `+bi` column: its logit and the bi-encoder cosine
-    combined by `fit_fusion`.
+    combined by `fit_fusion`. `sections` picks the blocks measured: `squad2` (paragraphs and snippets),
+    `strip` and `scifact` (all three by default).
+
+    Raises:
+        ValueError: an unknown section.
     """
-    import numpy as np
-    import torch
+    import torch  # the bi-encoder baseline runs on torch; loaded when the benchmark runs
 
     from fastcrag.grading.reranker import default_reranker_spec, load_reranker
     from fastcrag.retrieval.embeddings import SentenceTransformerEmbeddings
@@ -238,7 +245,61 @@ def quality_benchmark(
     for spec, rr in rerankers.items():
         cols += [rr.name, f"{rr.name}+bi"] if spec in fusion else [rr.name]
 
-    # --- squad2-dev paragraph retrieval + answerability
+    unknown = sorted(set(sections) - set(SECTIONS))
+    if unknown:
+        raise ValueError(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
+    sq11 = squad11_articles(data_root)
+    held: list[Article] = heldout_squad_articles(sq11, dev_percent, _first10_titles(data_root))
+    if "squad2" in sections:
+        _squad2_rows(table, rerankers, fusion, emb, data_root, held, cols, per_class, seed, cache_dir, progress)
+    if "strip" in sections:
+        name, row = _strip_row(rerankers, fusion, emb, held, per_class, seed)
+        table[name] = row
+    if "scifact" in sections:
+        name, row = _scifact_row(rerankers, fusion, emb, data_root, scifact_depth, scifact_claims, cache_dir, progress)
+        table[name] = row
+
+    print_table(table, cols)
+    progress(f"quality benchmark took {time.time() - t_start:.0f}s")
+    return table
+
+
+def strip_questions(articles: Sequence[Article], n: int, seed: int) -> list[tuple[str, list[str], int]]:
+    """The strip-scoring sample: (question, its paragraph's sentences, index of the answer sentence).
+
+    The articles' questions are shuffled by `seed` first and the first `n` whose answer stands in one sentence of
+    a paragraph of two or more sentences are kept, so a change of sentence splitter keeps nearly the same
+    questions. Sentences are cut by the refine node's splitter (`fastcrag.retrieval.text.split_sentences`).
+    """
+    items = [(item, a.paragraphs[item.paragraph]) for a in articles for item in a.questions]
+    random.Random(seed).shuffle(items)
+    out: list[tuple[str, list[str], int]] = []
+    for item, paragraph in items:
+        sents = split_sentences(paragraph)
+        where = answer_sentence_index(sents, item.answers)
+        if where is not None and len(sents) > 1:
+            out.append((item.question, sents, where))
+            if len(out) == n:
+                break
+    return out
+
+
+def _squad2_rows(
+    table: dict[str, dict[str, float]],
+    rerankers: dict[str, Any],
+    fusion: dict[str, tuple[float, float, float]],
+    emb: Any,
+    data_root: Path,
+    held: Sequence[Article],
+    cols: Sequence[str],
+    per_class: int,
+    seed: int,
+    cache_dir: Path | None,
+    progress: Callable[[str], None],
+) -> None:
+    """Add the squad2-dev paragraph and snippet rows to `table` (see `quality_benchmark`)."""
+    import numpy as np
+
     dev_articles = load_squad(next((data_root / "squad2-dev").glob("*.json")))
     paras: list[str] = []
     gold_of: dict[tuple[int, int], int] = {}
@@ -256,8 +317,6 @@ def quality_benchmark(
         if not q.impossible
     ]
     unans = [q.question for a in dev_articles for q in a.questions if q.impossible]
-    sq11 = squad11_articles(data_root)
-    held: list[Article] = heldout_squad_articles(sq11, dev_percent, _first10_titles(data_root))
     off = [q.question for a in held for q in a.questions]
     ans = _sample(ans, per_class, seed)
     unans = _sample(unans, per_class, seed + 1)
@@ -336,15 +395,19 @@ def quality_benchmark(
     aucs(snip_scores, "snippets: ", ["unanswerable", "gold-removed", "off-corpus"])
     print_table({k: v for k, v in table.items() if k.startswith("snippets: ")}, [c for c in cols if c != "BM25"])
 
-    # --- strip scoring on held-out SQuAD 1.1
-    strips: list[tuple[str, list[str], int]] = []
-    for a in held:
-        for item in a.questions:
-            sents = split_sentences(a.paragraphs[item.paragraph])
-            where = answer_sentence_index(sents, item.answers)
-            if where is not None and len(sents) > 1:
-                strips.append((item.question, sents, where))
-    strips = _sample(strips, per_class, seed + 3)
+
+def _strip_row(
+    rerankers: dict[str, Any],
+    fusion: dict[str, tuple[float, float, float]],
+    emb: Any,
+    held: Sequence[Article],
+    per_class: int,
+    seed: int,
+) -> tuple[str, dict[str, float]]:
+    """The strip-scoring row: share of held-out questions whose answer sentence ranks first (see `strip_questions`)."""
+    import numpy as np
+
+    strips = strip_questions(held, per_class, seed + 3)
     row: dict[str, float] = {}
     strip_cos = []
     for q, sents, _ in strips:
@@ -365,9 +428,22 @@ def quality_benchmark(
                 for sc, c, (_, _, k) in zip(raw, strip_cos, strips, strict=True)
             ]
             row[f"{rr.name}+bi"] = float(np.mean(hits))
-    table[f"strip: answer sentence first ({len(strips)} held-out q)"] = row
+    return f"strip: answer sentence first ({len(strips)} held-out q)", row
 
-    # --- SciFact test
+
+def _scifact_row(
+    rerankers: dict[str, Any],
+    fusion: dict[str, tuple[float, float, float]],
+    emb: Any,
+    data_root: Path,
+    scifact_depth: int,
+    scifact_claims: int,
+    cache_dir: Path | None,
+    progress: Callable[[str], None],
+) -> tuple[str, dict[str, float]]:
+    """SciFact test nDCG@10 of reranking the bi-encoder's top `scifact_depth` (BM25 ranks the whole corpus)."""
+    import numpy as np
+
     corpus, claims, qrels = load_beir(data_root / "scifact", "test")
     doc_ids = sorted(corpus)
     qids = sorted(claims, key=lambda x: int(x) if x.isdigit() else x)
@@ -403,11 +479,7 @@ def quality_benchmark(
                 vals.append(ndcg_at_k([doc_ids[top[i][j]] for j in order], qrels[qid]))
             sf[col] = float(np.mean(vals))
         progress(f"  {rr.name}: scifact reranked in {time.time() - t0:.0f}s")
-    table[f"SciFact test nDCG@10 (rerank bi-encoder top {scifact_depth})"] = sf
-
-    print_table(table, cols)
-    progress(f"quality benchmark took {time.time() - t_start:.0f}s")
-    return table
+    return f"SciFact test nDCG@10 (rerank bi-encoder top {scifact_depth})", sf
 
 
 def print_table(table: dict[str, dict[str, float]], cols: Sequence[str]) -> None:

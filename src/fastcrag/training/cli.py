@@ -1,4 +1,4 @@
-"""Model subcommands of the `fastcrag` CLI: train, bench and evaluate the grader; export and bench the embedder."""
+"""Model subcommands of the `fastcrag` CLI: train, bench and evaluate the grader; export the embedder."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ DEFAULT_DATA_ROOT = "../shared/data"
 
 
 def _train(args: argparse.Namespace) -> int:
-    from fastcrag.training.data import PoolConfig
+    from fastcrag.training.data import PoolConfig  # loaded when the command runs
     from fastcrag.training.train import TrainConfig, train
 
     pool = PoolConfig(
@@ -57,7 +57,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from fastcrag.training.bench import speed_benchmark
+    from fastcrag.training.bench import speed_benchmark  # loaded when the command runs
 
     speed_benchmark(
         torch_model=Path(args.torch_model) if args.torch_model else None,
@@ -71,7 +71,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from fastcrag.training.bench import quality_benchmark
+    from fastcrag.training.bench import SECTIONS, quality_benchmark  # loaded when the command runs
 
     quality_benchmark(
         graders=args.grader,
@@ -82,27 +82,36 @@ def _eval(args: argparse.Namespace) -> int:
         threads=args.threads,
         dev_percent=args.dev_percent,
         fusion_pairs=Path(args.fusion_pairs) if args.fusion_pairs else None,
+        sections=args.only or SECTIONS,
     )
     return 0
 
 
 def _export_embedder(args: argparse.Namespace) -> int:
-    from fastcrag.training.embedder_export import export_embedder
+    from fastcrag.training.embedder_export import export_embedder  # loaded when the command runs
 
     print(f"exported: {export_embedder(Path(args.out), int8=not args.fp32)}")
     return 0
 
 
-def _bench_embedder(args: argparse.Namespace) -> int:
-    from fastcrag.evaluation.bench_embedder import embedder_benchmark
+def _unpack_grader(args: argparse.Namespace) -> int:
+    import time
 
-    beir = Path(args.beir) if args.beir else None
-    embedder_benchmark(beir=beir, rounds=args.rounds, chunks=args.chunks, threads=args.threads)
+    from fastcrag.grading.reranker import PACKAGED_GRADER  # loaded when the command runs
+    from fastcrag.training.weights import WeightsError, trainable_grader
+
+    t0 = time.perf_counter()
+    try:
+        out = trainable_grader(Path(args.grader) if args.grader else PACKAGED_GRADER, Path(args.out), log=print)
+    except (FileNotFoundError, WeightsError) as exc:
+        print(f"error: {exc}")
+        return 2
+    print(f"trainable grader: {out} ({time.perf_counter() - t0:.1f}s in all)")
     return 0
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Add `train-reranker`, `bench-reranker`, `eval-grader`, `export-embedder` and `bench-embedder`."""
+    """Add `train-reranker`, `bench-reranker`, `eval-grader`, `unpack-grader` and `export-embedder`."""
     t = subparsers.add_parser("train-reranker", help="fine-tune the cross-encoder grader (resumable)")
     t.add_argument("--output", default="runs/grader", help="run folder (pool, checkpoint, final model)")
     t.add_argument("--base-model", default="", help="starting weights (default: packaged all-MiniLM-L6-v2)")
@@ -164,16 +173,23 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
         default="",
         help="a training run's pool/dev.jsonl: also fit and report grader+bi-encoder score fusion on it",
     )
+    e.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        choices=["squad2", "strip", "scifact"],
+        help="measure only this block (repeatable): squad2 paragraphs+snippets, strip scoring, SciFact",
+    )
     e.set_defaults(func=_eval)
+
+    u = subparsers.add_parser(
+        "unpack-grader", help="rebuild an ONNX grader's trainable torch weights as a Hugging Face folder"
+    )
+    u.add_argument("--grader", default="", help="ONNX grader folder (default: the packaged grader)")
+    u.add_argument("--out", required=True, help="folder to write (replaced once the new one is complete)")
+    u.set_defaults(func=_unpack_grader)
 
     x = subparsers.add_parser("export-embedder", help="export all-MiniLM-L6-v2 to ONNX int8 (pooling inside)")
     x.add_argument("--out", default="src/fastcrag/models/embedder", help="output folder")
     x.add_argument("--fp32", action="store_true", help="no quantisation (for comparison)")
     x.set_defaults(func=_export_embedder)
-
-    be = subparsers.add_parser("bench-embedder", help="int8 ONNX vs fp32 embedder: speed, fidelity, SciFact nDCG")
-    be.add_argument("--beir", default=f"{DEFAULT_DATA_ROOT}/scifact", help="SciFact BEIR folder ('' to skip)")
-    be.add_argument("--rounds", type=int, default=3, help="interleaved throughput rounds")
-    be.add_argument("--chunks", type=int, default=0, help="chunks per round (0: the whole embedded corpus)")
-    be.add_argument("--threads", type=int, default=2)
-    be.set_defaults(func=_bench_embedder)

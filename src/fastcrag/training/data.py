@@ -14,14 +14,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fastcrag.evaluation.datasets import read_qrels, read_queries
+from fastcrag.datasets import read_qrels, read_queries
+from fastcrag.retrieval.text import split_sentences  # the refine node's strips: train on what it scores
 
 #: Folders of `shared/data/train` whose licences allow shipping weights trained on them.
 PERMISSIVE_FOLDERS = ("squad11-train", "squad2-train-first10", "selqa", "medquad", "covidqa", "pubmedqa")
 #: WikiQA-style groups that overlap the evaluation articles; dropped wherever a title matches.
 EXCLUDED_TITLES = frozenset({"Jacksonville, Florida", "Packet switching", "Packet_switching"})
 
-_SENT_RE = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")
 _WORD_RE = re.compile(r"\w+", re.UNICODE)
 _ENTITY_RE = re.compile(r"\b(?:[A-Z][\w'-]+(?:\s+(?:of|the|de|von|van)?\s*[A-Z][\w'-]+)*|\d[\d,.]*)\b")
 _AUX_RE = re.compile(r"^(.*?)\b(is|was|are|were|did|does|do|can|could|has|had|have|will|would|should)\b\s+(.*)$")
@@ -121,11 +121,6 @@ class PoolConfig:
 
 
 # --------------------------------------------------------------------------------------------- text helpers
-
-
-def split_sentences(text: str) -> list[str]:
-    """Split text into sentences with a light regex (no model); empty pieces are dropped."""
-    return [s.strip() for s in _SENT_RE.split(text.strip()) if s.strip()]
 
 
 def clip_words(text: str, max_words: int) -> str:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from fastcrag.modelmeta import META_FILE, write_model_meta
 from fastcrag.retrieval.embeddings import MAX_TOKENS, packaged_minilm_path
+from fastcrag.training.train import quantize_int8
 
 EMBEDDER_NAME = "all-MiniLM-L6-v2-onnx-int8"
 
@@ -30,7 +31,7 @@ def export_embedder(dest: Path, *, source: Path | None = None, int8: bool = True
     Returns:
         `dest`.
     """
-    import torch
+    import torch  # torch and transformers (seconds to load) only for an export
     from transformers import AutoModel
 
     source = source or packaged_minilm_path()
@@ -72,8 +73,6 @@ def export_embedder(dest: Path, *, source: Path | None = None, int8: bool = True
             )
         staged = Path(tmp) / "model.onnx"
         if int8:
-            from fastcrag.training.train import quantize_int8
-
             quantize_int8(fp32, staged)
         else:
             shutil.move(str(fp32), staged)
@@ -86,7 +85,7 @@ def export_embedder(dest: Path, *, source: Path | None = None, int8: bool = True
             "max_length": MAX_TOKENS,
             "pooling": "mean over attention mask, L2-normalised (in the graph)",
         }
-        (Path(tmp) / "fastcrag_model.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-        for name in ("model.onnx", "tokenizer.json", "fastcrag_model.json"):
+        write_model_meta(Path(tmp), meta)
+        for name in ("model.onnx", "tokenizer.json", META_FILE):
             shutil.move(str(Path(tmp) / name), dest / name)
     return dest

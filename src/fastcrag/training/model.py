@@ -1,4 +1,8 @@
-"""The grader-reader network: a MiniLM encoder with a relevance head and a span (reader) head, one pass."""
+"""The grader-reader network: a MiniLM encoder with a relevance head and a span (reader) head, one pass.
+
+torch, transformers and safetensors are imported inside the functions that need them (torch alone takes over a
+second), so that the span helpers here import cheaply.
+"""
 
 from __future__ import annotations
 

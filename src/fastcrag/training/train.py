@@ -1,4 +1,9 @@
-"""Fine-tune the grader-reader (relevance logit + answer span, one pass): seeded, length-bucketed, resumable."""
+"""Fine-tune the grader-reader (relevance logit + answer span, one pass): seeded, length-bucketed, resumable.
+
+torch, transformers, safetensors, SciPy, scikit-learn and ONNX Runtime's quantiser are imported inside the functions
+that use them: each takes from a fraction of a second to several seconds to load, and importing this module for its
+configuration or helpers must stay cheap.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +11,23 @@ import json
 import math
 import os
 import random
+import shutil
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from tqdm.auto import tqdm
+
+from fastcrag.grading.reader import span_margins
+from fastcrag.modelmeta import write_model_meta
+from fastcrag.retrieval.embeddings import packaged_minilm_path
 from fastcrag.training.data import Pair, PoolConfig, build_pool, pool_summary, read_pairs, write_pairs
+from fastcrag.training.model import build_model, find_answer, passage_masks, read_fusion, save_model, span_targets
+from fastcrag.training.network import has_reader, head_parameters, is_classifier_folder, load_network
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -196,7 +211,6 @@ def _prepare_pool(cfg: TrainConfig, out: Path) -> tuple[list[Pair], list[Pair]]:
 
 def _auc(labels: Sequence[float], scores: Sequence[float]) -> float:
     """ROC AUC by the rank-sum formula (ties count half); NaN when a class is missing."""
-    import numpy as np
     from scipy.stats import rankdata
 
     y = np.asarray(labels) >= 0.5
@@ -224,8 +238,6 @@ def encode_pairs(tokenizer: Any, pairs: Sequence[Pair], max_length: int) -> Enco
     Negatives target [CLS] (no answer); positives without an answer phrase (answer-sentence data) give no
     span loss; a positive whose answer was truncated away is dropped (index not in `keep`).
     """
-    from fastcrag.training.model import find_answer, span_targets
-
     enc = tokenizer(
         [p.question for p in pairs],
         [p.passage for p in pairs],
@@ -251,8 +263,6 @@ def encode_pairs(tokenizer: Any, pairs: Sequence[Pair], max_length: int) -> Enco
 
 def _encoded_pool(path: Path, tokenizer: Any, pairs: Sequence[Pair], max_length: int) -> Encoded:
     """`encode_pairs`, kept as flat arrays in the run folder (NumPy, no pickle) so a resumed run skips it."""
-    import numpy as np
-
     if path.exists():
         with np.load(path, allow_pickle=False) as z:
             if int(z["n_pairs"]) == len(pairs):
@@ -304,9 +314,6 @@ def predict_heads(
     """Relevance logits and span margins (best span minus no-answer) of (question, passage) pairs."""
     import torch
 
-    from fastcrag.grading.reader import span_margins
-    from fastcrag.training.model import passage_masks
-
     device = next(model.parameters()).device
     order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0]) + len(pairs[i][1]))
     rel_out = [0.0] * len(pairs)
@@ -334,7 +341,6 @@ def predict_heads(
 
 def fit_grade_fusion(rel: Sequence[float], margin: Sequence[float], labels: Sequence[float]) -> dict[str, float]:
     """Logistic regression of the label on (relevance logit, span margin): the grade's combination weights."""
-    import numpy as np
     from sklearn.linear_model import LogisticRegression
 
     x = np.stack([np.asarray(rel, dtype=np.float64), np.clip(np.asarray(margin, dtype=np.float64), -30, 30)], 1)
@@ -387,24 +393,13 @@ def evaluate_dev(
     return res, fusion
 
 
-def train(cfg: TrainConfig) -> Path:
-    """Run (or resume) training and write the final model to `<output_dir>/final`.
+def prepare_run(cfg: TrainConfig) -> str:
+    """Seed Python and torch, set torch's threads and drop bf16 where it is emulated; returns the device.
 
-    Returns:
-        The folder of the final model: encoder (Hugging Face format), heads, tokenizer and grade fusion.
+    On a CPU without AVX-512 bf16 autocast is emulated and about 15x slower, so `cfg.bf16` is turned off there.
     """
-    import torch
-    from tqdm.auto import tqdm
-    from transformers import AutoTokenizer
+    import torch  # torch takes seconds to load: only when a run starts
 
-    from fastcrag.retrieval.embeddings import packaged_minilm_path
-    from fastcrag.training.model import build_model, passage_masks, save_model
-
-    out = Path(cfg.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    base = cfg.base_model or str(packaged_minilm_path())
-    cfg.base_model = base
-    (out / "train_config.json").write_text(json.dumps(asdict(cfg), indent=2), encoding="utf-8")
     torch.set_num_threads(cfg.threads)
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
@@ -414,34 +409,80 @@ def train(cfg: TrainConfig) -> Path:
             f"bf16 autocast is emulated on this {device} ({torch.backends.cpu.get_cpu_capability()}): training in fp32"
         )
         cfg.bf16 = False
+    return device
 
-    train_pairs, dev_pairs = _prepare_pool(cfg, out)
-    tokenizer = AutoTokenizer.from_pretrained(base, local_files_only=True)
-    t0 = time.time()
-    data = _encoded_pool(out / "pool" / f"encoded-{cfg.max_length}.npz", tokenizer, train_pairs, cfg.max_length)
-    lengths = [len(x) for x in data.input_ids]
-    labels = [train_pairs[i].label for i in data.keep]
-    print(
-        f"tokenised {len(lengths)} pairs in {time.time() - t0:.0f}s ({len(train_pairs) - len(lengths)} positives "
-        f"dropped: answer truncated); mean length {sum(lengths) / max(1, len(lengths)):.0f}"
-    )
 
-    model = build_model(base)
+def make_optimizer(model: Any, cfg: TrainConfig, device: str, *, head_lr_scale: float) -> Any:
+    """Move `model` to `device` and make its AdamW, the heads at `head_lr_scale` times the learning rate.
+
+    Weight decay is 0.01 on the encoder's matrices and 0 on biases, LayerNorm weights and the heads. With
+    `cfg.freeze_embeddings` the word-embedding matrix is not trained. `model` is a network of
+    `fastcrag.training.network.load_network` (or `build_model`): it has an `encoder` and its heads.
+    """
+    import torch  # torch takes seconds to load: only when a run starts
+
     model.to(device)
     if cfg.freeze_embeddings:
         model.encoder.get_input_embeddings().weight.requires_grad_(False)
     no_decay = ("bias", "LayerNorm.weight")
-    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    encoder = [(n, p) for n, p in model.encoder.named_parameters() if p.requires_grad]
     groups = [
+        {"params": [p for n, p in encoder if not n.endswith(no_decay)], "weight_decay": 0.01},
+        {"params": [p for n, p in encoder if n.endswith(no_decay)], "weight_decay": 0.0},
         {
-            "params": [p for n, p in params if n.startswith("encoder.") and not n.endswith(no_decay)],
-            "weight_decay": 0.01,
+            "params": [p for p in head_parameters(model) if p.requires_grad],
+            "weight_decay": 0.0,
+            "scale": head_lr_scale,
         },
-        {"params": [p for n, p in params if n.startswith("encoder.") and n.endswith(no_decay)], "weight_decay": 0.0},
-        # the heads start from scratch: a larger learning rate
-        {"params": [p for n, p in params if not n.startswith("encoder.")], "weight_decay": 0.0, "scale": 5.0},
     ]
-    optimizer = torch.optim.AdamW(groups, lr=cfg.lr)
+    return torch.optim.AdamW(groups, lr=cfg.lr)
+
+
+@dataclass(frozen=True)
+class LoopResult:
+    """What `train_loop` did (counted from the start of the run, across resumes).
+
+    Attributes:
+        steps: Optimizer steps taken.
+        total_steps: Steps of the whole plan (`cfg.epochs` passes).
+        pairs_seen: Training pairs in the batches taken.
+        elapsed_s: Training time (the clock of the learning-rate schedule).
+        stopped_by_time_budget: The time budget ended the run before the plan did.
+        resumed_at: The step the run resumed from (0: a fresh start).
+    """
+
+    steps: int
+    total_steps: int
+    pairs_seen: int
+    elapsed_s: float
+    stopped_by_time_budget: bool
+    resumed_at: int
+
+
+def train_loop(
+    model: Any,
+    optimizer: Any,
+    data: Encoded,
+    labels: Sequence[float],
+    cfg: TrainConfig,
+    out: Path,
+    *,
+    pad_id: int,
+    device: str,
+    desc: str = "train-reranker",
+    progress: bool = True,
+) -> LoopResult:
+    """Train `model` on encoded pairs: length-bucketed seeded batches, the warm-up/decay schedule, checkpoints.
+
+    The plan is `cfg.epochs` passes of `length_bucketed_batches`. A checkpoint in `out/checkpoint` is resumed
+    (step, optimizer moments and the clock), one is written every `cfg.checkpoint_every` steps and at the end,
+    and each is logged to `out/train_log.jsonl`. Under `cfg.max_minutes` the learning rate follows the clock and
+    reaches 0 when the budget is spent (`progress_of`). The loss is the relevance BCE plus, for a grader-reader,
+    `cfg.span_weight` times the span cross-entropy over the batch's pairs that have a span target (-100: none).
+    """
+    import torch  # torch takes seconds to load: only when a run starts
+
+    lengths = [len(x) for x in data.input_ids]
     plan = [b for e in range(cfg.epochs) for b in length_bucketed_batches(lengths, cfg.batch_size, cfg.seed, e)]
     total = len(plan)
     step, elapsed0 = 0, 0.0
@@ -449,34 +490,40 @@ def train(cfg: TrainConfig) -> Path:
     if (ckpt / "state.json").exists():
         step, elapsed0 = _load_checkpoint(ckpt, model, optimizer)
         print(f"resumed from step {step}/{total} ({elapsed0 / 60:.1f} min already trained)")
+    resumed_at = step
     bce = torch.nn.BCEWithLogitsLoss()
     ce = torch.nn.CrossEntropyLoss(ignore_index=-100)
-    pad = int(tokenizer.pad_token_id or 0)
     model.train()
     start = time.time()
     log_path = out / "train_log.jsonl"
     ema: float | None = None
     stopped_early = False
-    bar = tqdm(total=total, initial=step, desc="train-reranker", unit="step", dynamic_ncols=True)
+    elapsed = elapsed0
+    bar = tqdm(total=total, initial=step, desc=desc, unit="step", dynamic_ncols=True, disable=not progress)
     while step < total and progress_of(step, total, elapsed0 + time.time() - start, cfg.max_minutes) < 1.0:
         batch = plan[step]
         # Round widths up to a multiple of 32: oneDNN compiles kernels per shape, so few shapes train faster.
         width = min(-(-max(lengths[i] for i in batch) // 32) * 32, max(cfg.max_length, 32))
-        ids, tt, am = _batch_tensors([data.input_ids[i] for i in batch], [data.type_ids[i] for i in batch], pad, width)
+        ids, tt, am = _batch_tensors(
+            [data.input_ids[i] for i in batch], [data.type_ids[i] for i in batch], pad_id, width
+        )
         ids, tt, am = ids.to(device), tt.to(device), am.to(device)
         y = torch.tensor([labels[i] for i in batch], dtype=torch.float32, device=device)
         ys = torch.tensor([data.starts[i] for i in batch], dtype=torch.long, device=device)
         ye = torch.tensor([data.ends[i] for i in batch], dtype=torch.long, device=device)
-        progress = progress_of(step, total, elapsed0 + time.time() - start, cfg.max_minutes)
+        progress_now = progress_of(step, total, elapsed0 + time.time() - start, cfg.max_minutes)
         for g in optimizer.param_groups:
-            g["lr"] = lr_at(progress, cfg.lr, cfg.warmup) * g.get("scale", 1.0)
+            g["lr"] = lr_at(progress_now, cfg.lr, cfg.warmup) * g.get("scale", 1.0)
         with torch.autocast(device, dtype=torch.bfloat16, enabled=cfg.bf16):
             rel, st, en = model(input_ids=ids, attention_mask=am, token_type_ids=tt)
-        allowed = passage_masks(tt, am)
-        allowed[:, 0] = True  # [CLS]: no answer
-        st = st.float().masked_fill(~allowed, -1e4)
-        en = en.float().masked_fill(~allowed, -1e4)
-        loss = bce(rel.float(), y) + cfg.span_weight * (ce(st, ys) + ce(en, ye)) / 2
+        loss = bce(rel.float(), y)
+        # a batch with no span target (all -100) would make the mean cross-entropy NaN: no span loss then
+        if st is not None and en is not None and bool((ys != -100).any()):
+            allowed = passage_masks(tt, am)
+            allowed[:, 0] = True  # [CLS]: no answer
+            st = st.float().masked_fill(~allowed, -1e4)
+            en = en.float().masked_fill(~allowed, -1e4)
+            loss = loss + cfg.span_weight * (ce(st, ys) + ce(en, ye)) / 2
         loss.backward()
         torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
         optimizer.step()
@@ -494,10 +541,49 @@ def train(cfg: TrainConfig) -> Path:
                 f.write(json.dumps({"step": step, "total": total, "loss_ema": ema, "elapsed_s": elapsed}) + "\n")
         if over and step < total:
             stopped_early = True
-            print(f"\ntime budget spent at step {step}/{total} ({elapsed / 60:.1f} min); schedule complete")
+            if progress:
+                print(f"\ntime budget spent at step {step}/{total} ({elapsed / 60:.1f} min); schedule complete")
             break
     bar.close()
-    elapsed = elapsed0 + time.time() - start
+    return LoopResult(
+        steps=step,
+        total_steps=total,
+        pairs_seen=sum(len(b) for b in plan[:step]),
+        elapsed_s=elapsed,
+        stopped_by_time_budget=stopped_early,
+        resumed_at=resumed_at,
+    )
+
+
+def train(cfg: TrainConfig) -> Path:
+    """Run (or resume) training and write the final model to `<output_dir>/final`.
+
+    Returns:
+        The folder of the final model: encoder (Hugging Face format), heads, tokenizer and grade fusion.
+    """
+    from transformers import AutoTokenizer
+
+    out = Path(cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    base = cfg.base_model or str(packaged_minilm_path())
+    cfg.base_model = base
+    (out / "train_config.json").write_text(json.dumps(asdict(cfg), indent=2), encoding="utf-8")
+    device = prepare_run(cfg)
+    train_pairs, dev_pairs = _prepare_pool(cfg, out)
+    tokenizer = AutoTokenizer.from_pretrained(base, local_files_only=True)
+    t0 = time.time()
+    data = _encoded_pool(out / "pool" / f"encoded-{cfg.max_length}.npz", tokenizer, train_pairs, cfg.max_length)
+    lengths = [len(x) for x in data.input_ids]
+    labels = [train_pairs[i].label for i in data.keep]
+    print(
+        f"tokenised {len(lengths)} pairs in {time.time() - t0:.0f}s ({len(train_pairs) - len(lengths)} positives "
+        f"dropped: answer truncated); mean length {sum(lengths) / max(1, len(lengths)):.0f}"
+    )
+
+    model = build_model(base)
+    optimizer = make_optimizer(model, cfg, device, head_lr_scale=5.0)  # the heads start from scratch
+    run = train_loop(model, optimizer, data, labels, cfg, out, pad_id=int(tokenizer.pad_token_id or 0), device=device)
+    step, total, elapsed = run.steps, run.total_steps, run.elapsed_s
     final = out / "final"
     model.eval()
     dev_metrics, fusion = evaluate_dev(model, tokenizer, dev_pairs, cfg) if dev_pairs else ({}, None)
@@ -505,11 +591,11 @@ def train(cfg: TrainConfig) -> Path:
     summary = {
         "steps": step,
         "total_steps": total,
-        "stopped_by_time_budget": stopped_early,
-        "pairs_seen": step * cfg.batch_size,
+        "stopped_by_time_budget": run.stopped_by_time_budget,
+        "pairs_seen": run.pairs_seen,
         "train_minutes": round(elapsed / 60, 2),
         "train_pairs": len(lengths),
-        "pairs_per_s": round(step * cfg.batch_size / max(1e-9, elapsed), 1),
+        "pairs_per_s": round(run.pairs_seen / max(1e-9, elapsed), 1),
         "device": device,
         "dev": dev_metrics,
     }
@@ -519,25 +605,25 @@ def train(cfg: TrainConfig) -> Path:
 
 
 def export_onnx(model_dir: Path, onnx_path: Path, opset: int = 17) -> None:
-    """Export the grader-reader to ONNX (fp32, dynamic batch and sequence axes).
+    """Export a trained grader to ONNX (fp32, dynamic batch and sequence axes).
 
-    Outputs: `logits` (batch, 1) relevance, `start_logits` and `end_logits` (batch, sequence) of the reader.
+    Outputs: `logits` (batch, 1) relevance and, for a grader-reader, `start_logits` and `end_logits` (batch,
+    sequence) of the reader; a one-logit classifier folder (`fastcrag.training.network`) exports `logits` only.
     """
     import torch
 
-    from fastcrag.training.model import build_model
-
-    inner = build_model(model_dir)
+    inner = load_network(model_dir)
     inner.eval()
+    reader = has_reader(inner)
 
     class Export(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.inner = inner
 
-        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> tuple[Any, Any, Any]:
+        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
             rel, st, en = self.inner(input_ids, attention_mask, token_type_ids)
-            return rel.unsqueeze(-1), st, en
+            return (rel.unsqueeze(-1), st, en) if reader else rel.unsqueeze(-1)
 
     ids = torch.ones((2, 16), dtype=torch.long)
     onnx_path.parent.mkdir(parents=True, exist_ok=True)
@@ -548,14 +634,13 @@ def export_onnx(model_dir: Path, onnx_path: Path, opset: int = 17) -> None:
             (ids, ids.clone(), torch.zeros_like(ids)),
             str(onnx_path),
             input_names=["input_ids", "attention_mask", "token_type_ids"],
-            output_names=["logits", "start_logits", "end_logits"],
+            output_names=["logits", "start_logits", "end_logits"] if reader else ["logits"],
             dynamic_axes={
                 "input_ids": axes,
                 "attention_mask": axes,
                 "token_type_ids": axes,
                 "logits": {0: "batch"},
-                "start_logits": axes,
-                "end_logits": axes,
+                **({"start_logits": axes, "end_logits": axes} if reader else {}),
             },
             opset_version=opset,
             dynamo=False,
@@ -582,14 +667,12 @@ def export_grader(
     """Package a trained model as an ONNX grader folder loadable by `fastcrag.grading.reranker.load_reranker`.
 
     Writes `model.onnx` (int8 when `int8`), `tokenizer.json` and `fastcrag_model.json` (with the grade fusion
-    fitted on the run's dev split) into `dest`.
+    fitted on the run's dev split) into `dest`. `model_dir` is a grader-reader folder (`reader: true`) or a one-logit
+    classifier folder (`reader: false`; see `fastcrag.training.network`).
 
     Returns:
         `dest`.
     """
-    import shutil
-    import tempfile
-
     dest.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         fp32 = Path(tmp) / "model_fp32.onnx"
@@ -605,17 +688,15 @@ def export_grader(
         "max_length": max_length,
         "activation": "sigmoid",
         "labels": "1 = the passage states the answer",
-        "reader": True,
+        "reader": not is_classifier_folder(model_dir),
     }
-    from fastcrag.training.model import read_fusion
-
     fusion = read_fusion(model_dir)
-    if fusion is not None:
+    if fusion is not None and meta["reader"]:
         meta["grade"] = fusion
     if train_dir is not None and (train_dir / "train_config.json").exists():
         cfg = json.loads((train_dir / "train_config.json").read_text(encoding="utf-8"))
         meta["dev_percent"] = cfg["pool"]["dev_percent"]
         meta["seed"] = cfg["seed"]
     meta.update(extra_meta or {})
-    (dest / "fastcrag_model.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    write_model_meta(dest, meta)
     return dest

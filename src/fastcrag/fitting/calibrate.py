@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
 from fastcrag.config.calibration import Calibration
-from fastcrag.evaluation.datasets import LabelledQuestion, question_pools, sample
+from fastcrag.datasets import LabelledQuestion, question_pools, sample
 from fastcrag.fileio import write_json_atomic
 from fastcrag.grading.reader import is_reader
 from fastcrag.grading.reranker import Reranker, checked_scores
@@ -54,8 +55,6 @@ def observe(
     read_k: int = 3,
 ) -> list[Observation]:
     """Retrieve, rerank and strip-score each question; a reader also reads the top `read_k` chunks."""
-    from tqdm import tqdm
-
     out = []
     for q in tqdm(questions, desc="scoring", unit="q", file=sys.stderr):
         docs = store.similarity_search(q.question, k=top_k)

@@ -72,7 +72,7 @@ class ServerProcess:
 
 
 def _answers_ok(server: ServerProcess) -> bool:
-    import httpx
+    import httpx  # about 0.2 s: the CLI imports this module (through bench-speed) for its parser
 
     with contextlib.suppress(httpx.HTTPError):
         return httpx.get(f"{server.url}/ok", timeout=2.0).status_code == 200

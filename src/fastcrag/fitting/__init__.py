@@ -1,0 +1,1 @@
+"""Offline procedures that fit fastcrag to a corpus: calibration."""

@@ -1,0 +1,80 @@
+"""The `fastcrag fit` command."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from fastcrag.config.settings import Settings
+
+DEFAULT_DATA_ROOT = Path("../shared/data")
+
+
+def _fit(args: argparse.Namespace) -> int:
+    # registering the command stays cheap for every other command: the fit (numpy, the index, models) loads here
+    from fastcrag.fitting.fit import FitOptions, fit
+
+    data_root = Path(args.data_root) if args.data_root else DEFAULT_DATA_ROOT
+    opts = FitOptions(
+        questions=Path(args.questions),
+        out=Path(args.out),
+        index=Path(args.index) if args.index else None,
+        store=args.store or "",
+        collection=args.collection,
+        minutes=args.minutes,
+        train=not args.no_train,
+        precision=args.precision,
+        held_out=args.held_out,
+        seed=args.seed,
+        install=args.install,
+        data_root=data_root if data_root.is_dir() else None,
+        progress=not args.quiet,
+        generate=args.generate,
+        llm=args.llm or "",
+        judge=args.judge,
+    )
+    result = fit(opts, Settings())
+    print(f"\n{result.out / 'report.md'}")
+    for label, fig in result.figures.items():
+        at = fig.at_threshold
+        print(
+            f"  {label:<28} AUC vs gold removed {fig.auc_gold_removed:.3f}"
+            + ("" if fig.auc_unanswerable is None else f", vs unanswerable {fig.auc_unanswerable:.3f}")
+            + (
+                f"; at its thresholds: abstention precision {at['abstention_precision']:.3f}, recall "
+                f"{at['abstention_recall']:.3f}, answerable answered {at['answerable_answered']:.3f}"
+                if at
+                else ""
+            )
+        )
+    for note in result.notes:
+        print(f"  {note}")
+    print("\nUse it with:\n  " + " ".join(result.env))
+    return 0
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Register `fit`."""
+    f = subparsers.add_parser(
+        "fit", help="fit the grader and its thresholds to your index from labelled questions, with a report"
+    )
+    f.add_argument("--questions", required=True, help="JSONL: question + answers | sources | answerable: false")
+    where = f.add_mutually_exclusive_group(required=True)
+    where.add_argument("--index", help="a FAISS index folder (`fastcrag index ... --index DIR`)")
+    where.add_argument("--store", help="a Postgres URL (postgresql://...), with --collection")
+    f.add_argument("--collection", default="default", help="the Postgres collection (default: default)")
+    f.add_argument("--out", required=True, help="folder for calibration.json, grader/, report.md and plots")
+    f.add_argument("--minutes", type=float, default=10.0, help="fine-tuning time budget (default 10)")
+    f.add_argument("--no-train", action="store_true", help="calibrate the current grader only")
+    f.add_argument("--precision", type=float, default=0.9, help="abstention precision to calibrate at (0.9)")
+    f.add_argument("--held-out", type=float, default=0.3, help="share of questions held out (by source; 0.3)")
+    f.add_argument("--seed", type=int, default=13)
+    f.add_argument("--install", action="store_true", help="store the fit with the index (FAISS folder)")
+    f.add_argument("--data-root", help="the packaged training mix, replayed while fine-tuning (../shared/data)")
+    f.add_argument("--quiet", action="store_true", help="no progress bars")
+    f.add_argument(
+        "--generate", type=int, default=0, metavar="N", help="no labels: the chat model writes questions from N chunks"
+    )
+    f.add_argument("--llm", help="the chat model for --generate and --judge (provider:model, or llamacpp:...)")
+    f.add_argument("--judge", action="store_true", help="the chat model labels each candidate of `answers` questions")
+    f.set_defaults(func=_fit)

@@ -1,0 +1,129 @@
+"""The report `fastcrag fit` writes: report.md and its plots (score distributions, precision and recall)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fastcrag.config.calibration import Calibration
+from fastcrag.fitting.calibrate import Observation
+
+if TYPE_CHECKING:
+    from fastcrag.fitting.fit import FitOptions, GraderFigures
+
+KINDS = ("answerable", "gold_removed", "unanswerable")
+COLOURS = {"answerable": "#2a7ab0", "gold_removed": "#e08a1e", "unanswerable": "#b03a2e"}
+
+
+def precision_recall(obs: Sequence[Observation], thresholds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Abstention precision and recall at each threshold (abstain below it; right when not answerable)."""
+    scores = np.asarray([o.top_score for o in obs])
+    should = np.asarray([o.kind != "answerable" for o in obs])
+    precision, recall = [], []
+    for t in thresholds:
+        abstained = scores < t
+        precision.append(should[abstained].mean() if abstained.any() else np.nan)
+        recall.append(abstained[should].mean() if should.any() else np.nan)
+    return np.asarray(precision), np.asarray(recall)
+
+
+def _plots(folder: Path, base: Sequence[Observation], fitted: Sequence[Observation] | None, cal: Calibration) -> None:
+    import matplotlib  # a plotting library loads only when a report is drawn
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [("base grader", base)] + ([("fitted grader", fitted)] if fitted is not None else [])
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), squeeze=False)
+    bins = np.linspace(0, 1, 26)
+    for ax, (title, obs) in zip(axes[0], panels, strict=True):
+        for kind in KINDS:
+            values = [o.top_score for o in obs if o.kind == kind]
+            if values:
+                ax.hist(values, bins=bins, alpha=0.55, label=f"{kind} ({len(values)})", color=COLOURS[kind])
+        ax.set_title(f"top score per held-out question: {title}")
+        ax.set_xlabel("grader score")
+        ax.set_ylabel("questions")
+        ax.legend()
+    for ax in axes[0][-1:]:
+        ax.axvline(cal.reranker_threshold, color="black", linestyle="--", linewidth=1)
+        ax.axvline(cal.crag_upper, color="grey", linestyle=":", linewidth=1)
+    fig.tight_layout()
+    fig.savefig(folder / "scores.png", dpi=110)
+    plt.close(fig)
+
+    thresholds = np.linspace(0, 1, 201)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for title, obs, style in [("base", base, ":"), *([("fitted", fitted, "-")] if fitted is not None else [])]:
+        precision, recall = precision_recall(obs, thresholds)
+        ax.plot(thresholds, precision, style, color="#2a7ab0", label=f"abstention precision, {title}")
+        ax.plot(thresholds, recall, style, color="#b03a2e", label=f"abstention recall, {title}")
+    ax.axvline(cal.reranker_threshold, color="black", linestyle="--", linewidth=1, label="reranker_threshold")
+    ax.set_xlabel("reranker_threshold")
+    ax.set_ylim(0, 1.02)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(folder / "threshold.png", dpi=110)
+    plt.close(fig)
+
+
+def _row(label: str, fig: GraderFigures) -> str:
+    t, a = fig.thresholds, fig.at_threshold
+    unans = "-" if fig.auc_unanswerable is None else f"{fig.auc_unanswerable:.3f}"
+
+    def g(d: dict[str, Any], k: str) -> str:
+        return f"{d[k]:.3f}" if d.get(k) is not None else "-"
+
+    return (
+        f"| {label} (`{fig.name}`) | {fig.auc_gold_removed:.3f} | {unans} | {g(t, 'reranker_threshold')} | "
+        f"{g(t, 'crag_upper')} | {g(a, 'abstention_precision')} | {g(a, 'abstention_recall')} | "
+        f"{g(a, 'answerable_answered')} |"
+    )
+
+
+def write_report(
+    folder: Path,
+    opts: FitOptions,
+    counts: dict[str, int],
+    figures: dict[str, GraderFigures],
+    base: Sequence[Observation],
+    fitted: Sequence[Observation] | None,
+    cal: Calibration,
+    notes: Sequence[str],
+) -> None:
+    """Write report.md, scores.png and threshold.png into `folder`."""
+    _plots(folder, base, fitted, cal)
+    lines = [
+        "# fastcrag fit report",
+        "",
+        f"Questions: `{opts.questions}`; index: `{opts.index or 'Postgres collection ' + opts.collection}`; "
+        f"created {cal.created}; seed {opts.seed}.",
+        "",
+        "| questions | count |",
+        "|---|---|",
+        *(f"| {k.replace('_', ' ')} | {v} |" for k, v in counts.items()),
+        "",
+        "Held-out part (questions of other source documents than the fit part). Classes: answerable (evidence "
+        "retrieved), gold removed (the same question with its evidence taken out of the candidates), unanswerable "
+        f"(labelled so). Thresholds are calibrated on it at abstention precision {opts.precision}.",
+        "",
+        "| grader and thresholds | AUC answerable vs gold removed | AUC vs unanswerable | reranker_threshold | "
+        "crag_upper | abstention precision | abstention recall | answerable answered |",
+        "|---|---|---|---|---|---|---|---|",
+        *(_row(label, fig) for label, fig in figures.items()),
+        "",
+        f"Kept: `{cal.reranker_model}`, reranker_threshold {cal.reranker_threshold}, crag_upper {cal.crag_upper}.",
+        "",
+        f"Objective: {cal.objective}.",
+        "",
+        *(f"- {n}" for n in notes),
+        "",
+        "![score distributions](scores.png)",
+        "",
+        "![abstention precision and recall against the threshold](threshold.png)",
+        "",
+    ]
+    (folder / "report.md").write_text("\n".join(lines), encoding="utf-8")

@@ -1,0 +1,105 @@
+"""The assistant routes of `fastcrag serve`: the one assistant, `crag`, its schemas and its drawable graph."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from fastcrag.server.service import Service, service_of
+from fastcrag.server.wire import OrjsonResponse, read_json
+
+GRAPH_ID = "crag"
+#: The assistant's id: the same uuid5 the LangGraph server derives from the graph id, so ids match `langgraph dev`.
+ASSISTANT_ID = str(uuid.uuid5(uuid.UUID("6ba7b821-9dad-11d1-80b4-00c04fd430c8"), GRAPH_ID))
+
+
+def _assistant(service: Service) -> dict[str, Any]:
+    created = service.started.isoformat()
+    return {
+        "assistant_id": ASSISTANT_ID,
+        "graph_id": GRAPH_ID,
+        "config": {},
+        "context": {},
+        "metadata": {"created_by": "system"},
+        "name": GRAPH_ID,
+        "description": "Corrective RAG: retrieve, grade, then generate, refine, rewrite or abstain",
+        "version": 1,
+        "created_at": created,
+        "updated_at": created,
+    }
+
+
+def check_assistant(assistant_id: Any) -> None:
+    """Accept the graph id or the assistant's id.
+
+    Raises:
+        HTTPException: 404 for any other assistant.
+    """
+    if assistant_id not in (GRAPH_ID, ASSISTANT_ID):
+        raise HTTPException(404, f"assistant {str(assistant_id)[:80]!r} not found (this server has `{GRAPH_ID}`)")
+
+
+def _int(value: Any, default: int) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise HTTPException(422, "limit and offset must be non-negative integers")
+    return value
+
+
+async def search_assistants(request: Request) -> Response:
+    """`POST /assistants/search`: the one assistant when it matches the filters."""
+    service = service_of(request)
+    body = await read_json(request, service.limits.max_body_bytes)
+    found = [_assistant(service)]
+    graph_id, name, metadata = body.get("graph_id"), body.get("name"), body.get("metadata") or {}
+    if graph_id not in (None, GRAPH_ID) or (name is not None and str(name) not in GRAPH_ID):
+        found = []
+    if not isinstance(metadata, dict) or any(found[0]["metadata"].get(k) != v for k, v in metadata.items()):
+        found = []
+    offset, limit = _int(body.get("offset"), 0), _int(body.get("limit"), 10)
+    return OrjsonResponse(found[offset : offset + limit])
+
+
+async def get_assistant(request: Request) -> Response:
+    """`GET /assistants/{id}`."""
+    service = service_of(request)
+    check_assistant(request.path_params["assistant_id"])
+    return OrjsonResponse(_assistant(service))
+
+
+async def assistant_schemas(request: Request) -> Response:
+    """`GET /assistants/{id}/schemas`: input, output, state and context JSON schemas."""
+    service = service_of(request)
+    check_assistant(request.path_params["assistant_id"])
+    graph = service.graph
+    state_schema = {
+        "title": "State",
+        "type": "object",
+        "properties": {name: {} for name in graph.stream_channels_list},
+    }
+    return OrjsonResponse(
+        {
+            "graph_id": GRAPH_ID,
+            "input_schema": graph.get_input_jsonschema(),
+            "output_schema": graph.get_output_jsonschema(),
+            "state_schema": state_schema,
+            "config_schema": {},
+            "context_schema": graph.get_context_jsonschema(),
+        }
+    )
+
+
+async def assistant_graph(request: Request) -> Response:
+    """`GET /assistants/{id}/graph`: the drawable graph (RemoteGraph.get_graph)."""
+    service = service_of(request)
+    check_assistant(request.path_params["assistant_id"])
+    drawn = service.graph.get_graph().to_json()
+    for node in drawn.get("nodes", []):
+        if isinstance(node.get("data"), dict):
+            node["data"].pop("id", None)
+    return OrjsonResponse(drawn)

@@ -1,0 +1,17 @@
+"""The limits of `fastcrag serve`, from `FASTRAG_*` environment variables (checked by the CLI before any worker)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ServeSettings(BaseSettings):
+    """The server's own limits, from `FASTRAG_*` environment variables (`fastcrag serve` flags set them)."""
+
+    model_config = SettingsConfigDict(env_prefix="FASTRAG_", extra="ignore")
+
+    run_timeout_s: float = Field(
+        300.0, gt=0, description="A run still going after this many seconds ends in an abstention saying so."
+    )
+    max_body_bytes: int = Field(64 * 1024, ge=1024, description="Larger request bodies are refused with 413.")

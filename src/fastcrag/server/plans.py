@@ -1,0 +1,134 @@
+"""A run request of `fastcrag serve`, validated into a `RunPlan`: input, context, config, stream modes, strategy.
+
+Everything a run may not do is refused here with 422, before a thread is touched or a lease taken: the graph never
+interrupts, so commands, interrupts, checkpoint forks, webhooks and delayed starts are not served.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, fields
+from typing import Any
+
+from langchain_core.messages import convert_to_messages
+from pydantic import TypeAdapter, ValidationError
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+
+from fastcrag.config.settings import Context
+from fastcrag.server.assistants import check_assistant
+from fastcrag.server.service import Service
+from fastcrag.server.wire import read_json
+
+CONTEXT: TypeAdapter[Context] = TypeAdapter(Context)
+STREAM_MODES = {"values": "values", "updates": "updates", "custom": "custom", "debug": "debug"}
+STREAM_MODES |= {"messages": "messages", "messages-tuple": "messages"}
+"""The stream modes served, each mapped to the graph's own mode."""
+MULTITASK = ("reject", "enqueue")
+"""What a run does when its thread has a run in flight: fail with 409 (LangGraph's default), or wait its turn."""
+UNSUPPORTED = ("command", "interrupt_before", "interrupt_after", "checkpoint", "checkpoint_id", "webhook")
+
+
+@dataclass
+class RunPlan:
+    """One validated run request."""
+
+    run_id: str
+    thread_id: str | None
+    create_thread: bool
+    input: dict[str, Any]
+    context: Context
+    config: dict[str, Any]
+    stream_modes: list[str]
+    multitask: str = "reject"
+
+
+def _context(value: Any) -> Context:
+    if value is None:
+        return Context()
+    if not isinstance(value, dict):
+        raise HTTPException(422, "context must be a JSON object")
+    known = {f.name for f in fields(Context)}
+    unknown = sorted(set(value) - known)
+    if unknown:
+        raise HTTPException(422, f"unknown context keys {unknown}; known: {sorted(known)}")
+    try:
+        return CONTEXT.validate_python(value)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise HTTPException(422, f"invalid context: {problems}") from None
+
+
+def _input(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise HTTPException(422, "input must be a JSON object: {question} or {messages}")
+    unknown = sorted(set(value) - {"question", "messages"})
+    if unknown:
+        raise HTTPException(422, f"unknown input keys {unknown}; the input schema is {{question, messages}}")
+    if "question" in value and not isinstance(value["question"], str):
+        raise HTTPException(422, "input.question must be a string")
+    if "messages" in value:
+        if not isinstance(value["messages"], list):
+            raise HTTPException(422, "input.messages must be a list")
+        try:
+            return {**value, "messages": convert_to_messages(value["messages"])}
+        except Exception as exc:
+            raise HTTPException(422, f"input.messages: {type(exc).__name__}: {str(exc)[:200]}") from None
+    return dict(value)
+
+
+def _stream_modes(value: Any) -> list[str]:
+    modes = [value] if isinstance(value, str) else list(value or ["values"])
+    unknown = [m for m in modes if m not in STREAM_MODES]
+    if unknown:
+        raise HTTPException(422, f"unsupported stream_mode {unknown}; supported: {sorted(STREAM_MODES)}")
+    return list(dict.fromkeys(modes))
+
+
+def _run_config(value: Any, thread_id: str | None, run_id: str) -> dict[str, Any]:
+    given = value if isinstance(value, dict) else {}
+    config: dict[str, Any] = {"run_id": uuid.UUID(run_id), "metadata": {"run_id": run_id}}
+    if isinstance(given.get("recursion_limit"), int) and not isinstance(given["recursion_limit"], bool):
+        config["recursion_limit"] = max(1, min(int(given["recursion_limit"]), 100))
+    if isinstance(given.get("tags"), list):
+        config["tags"] = [t for t in given["tags"] if isinstance(t, str)][:20]
+    if thread_id is not None:
+        config["configurable"] = {"thread_id": thread_id}
+        config["metadata"]["thread_id"] = thread_id
+    return config
+
+
+async def plan_run(request: Request, service: Service, thread_id: str | None) -> RunPlan:
+    """Read and validate a run request (on the thread `thread_id`, or on none).
+
+    Raises:
+        HTTPException: 404 for another assistant, 413 for a large body, 422 for anything not served or invalid.
+    """
+    body = await read_json(request, service.limits.max_body_bytes)
+    check_assistant(body.get("assistant_id"))
+    for name in UNSUPPORTED:
+        if body.get(name):
+            raise HTTPException(422, f"`{name}` is not supported by fastcrag serve (the graph never interrupts)")
+    if body.get("after_seconds"):
+        raise HTTPException(422, "`after_seconds` is not supported: runs start at once")
+    if_not_exists = body.get("if_not_exists") or "reject"
+    if if_not_exists not in ("reject", "create"):
+        raise HTTPException(422, "if_not_exists must be `reject` or `create`")
+    multitask = body.get("multitask_strategy") or "reject"
+    if multitask not in MULTITASK:
+        raise HTTPException(
+            422, f"multitask_strategy must be one of {', '.join(MULTITASK)} (the graph's runs are never interrupted)"
+        )
+    run_id = str(uuid.uuid4())
+    return RunPlan(
+        run_id=run_id,
+        thread_id=thread_id,
+        create_thread=if_not_exists == "create",
+        input=_input(body.get("input")),
+        context=_context(body.get("context")),
+        config=_run_config(body.get("config"), thread_id, run_id),
+        stream_modes=_stream_modes(body.get("stream_mode")),
+        multitask=multitask,
+    )

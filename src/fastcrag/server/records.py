@@ -1,0 +1,227 @@
+"""Thread records for `fastcrag serve`, kept in the checkpoints' own database (Postgres or SQLite).
+
+A thread's history lives in the LangGraph checkpointer; this table only remembers that a thread was created
+(`POST /threads`, before any run) with its metadata and times, so that every worker can answer for it. Workers hold
+no thread state of their own.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+TABLE = "fastcrag_threads"
+RUNS = "fastcrag_thread_runs"
+"""One row per thread with a run in flight: the run's lease, so that runs on one thread never overlap."""
+
+
+@dataclass(frozen=True)
+class ThreadRecord:
+    """One created thread."""
+
+    thread_id: str
+    created_at: datetime
+    updated_at: datetime
+    metadata: dict[str, Any]
+
+
+class ThreadRecords(Protocol):
+    """Where thread records are kept."""
+
+    async def setup(self) -> None:
+        """Create the table when missing (safe to run from several workers at once)."""
+
+    async def create(self, thread_id: str, metadata: dict[str, Any]) -> ThreadRecord | None:
+        """Insert a thread; None when one with this id exists already."""
+
+    async def get(self, thread_id: str) -> ThreadRecord | None:
+        """The thread's record, or None."""
+
+    async def touch(self, thread_id: str) -> None:
+        """Set the thread's `updated_at` to now (after a run)."""
+
+    async def claim(self, thread_id: str, run_id: str, seconds: float) -> bool:
+        """Take the thread's run lease for `seconds`; False while another run holds an unexpired one.
+
+        A worker that dies mid-run leaves its lease to expire; the run timeout bounds how long that takes.
+        """
+
+    async def release(self, thread_id: str, run_id: str) -> None:
+        """Give back the lease `run_id` holds (nothing when it holds none)."""
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _aware(value: Any) -> datetime:
+    """A timezone-aware datetime from a database value (a datetime or ISO text)."""
+    moment = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _metadata(value: Any) -> dict[str, Any]:
+    loaded = json.loads(value) if isinstance(value, str | bytes) else value
+    return dict(loaded) if isinstance(loaded, dict) else {}
+
+
+def _record(row: Any) -> ThreadRecord:
+    return ThreadRecord(
+        thread_id=str(row[0]),
+        created_at=_aware(row[1]),
+        updated_at=_aware(row[2]),
+        metadata=_metadata(row[3]),
+    )
+
+
+class PostgresThreadRecords:
+    """Thread records in the Postgres database of an `AsyncPostgresSaver` (its pool or connection)."""
+
+    def __init__(self, conn: Any) -> None:
+        """Use `conn`: a psycopg `AsyncConnectionPool` or `AsyncConnection`."""
+        self._conn = conn
+
+    async def _execute(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+        from psycopg_pool import AsyncConnectionPool  # lazy: psycopg is the optional `postgres` extra
+
+        if isinstance(self._conn, AsyncConnectionPool):
+            async with self._conn.connection() as conn, conn.cursor() as cur:
+                await cur.execute(sql, params)
+                return list(await cur.fetchall()) if cur.description else []
+        async with self._conn.cursor() as cur:
+            await cur.execute(sql, params)
+            return list(await cur.fetchall()) if cur.description else []
+
+    @staticmethod
+    def _row(row: Any) -> ThreadRecord:
+        if isinstance(row, dict):  # the saver's pool hands out dict-row connections
+            row = (row["thread_id"], row["created_at"], row["updated_at"], row["metadata"])
+        return _record(row)
+
+    async def setup(self) -> None:
+        """Create the table; an advisory lock keeps concurrent workers from racing on the catalogue."""
+        await self._execute(
+            "DO $$ BEGIN PERFORM pg_advisory_xact_lock(hashtext('fastcrag_threads_setup')); "
+            f"CREATE TABLE IF NOT EXISTS {TABLE} (thread_id TEXT PRIMARY KEY, "
+            "created_at TIMESTAMPTZ NOT NULL, updated_at TIMESTAMPTZ NOT NULL, "
+            "metadata JSONB NOT NULL DEFAULT '{}'::jsonb); "
+            f"CREATE TABLE IF NOT EXISTS {RUNS} (thread_id TEXT PRIMARY KEY, run_id TEXT NOT NULL, "
+            "expires_at TIMESTAMPTZ NOT NULL); END $$"
+        )
+
+    async def create(self, thread_id: str, metadata: dict[str, Any]) -> ThreadRecord | None:
+        """Insert a thread; None when it exists."""
+        now = _now()
+        rows = await self._execute(
+            f"INSERT INTO {TABLE} (thread_id, created_at, updated_at, metadata) VALUES (%s, %s, %s, %s::jsonb) "
+            "ON CONFLICT (thread_id) DO NOTHING RETURNING thread_id, created_at, updated_at, metadata",
+            (thread_id, now, now, json.dumps(metadata)),
+        )
+        return self._row(rows[0]) if rows else None
+
+    async def get(self, thread_id: str) -> ThreadRecord | None:
+        """The thread's record, or None."""
+        rows = await self._execute(
+            f"SELECT thread_id, created_at, updated_at, metadata FROM {TABLE} WHERE thread_id = %s", (thread_id,)
+        )
+        return self._row(rows[0]) if rows else None
+
+    async def touch(self, thread_id: str) -> None:
+        """Set `updated_at` to now."""
+        await self._execute(f"UPDATE {TABLE} SET updated_at = %s WHERE thread_id = %s", (_now(), thread_id))
+
+    async def claim(self, thread_id: str, run_id: str, seconds: float) -> bool:
+        """Take the lease (times on the database's clock, so workers' clocks need not agree)."""
+        rows = await self._execute(
+            f"INSERT INTO {RUNS} (thread_id, run_id, expires_at) "
+            "VALUES (%s, %s, clock_timestamp() + make_interval(secs => %s)) ON CONFLICT (thread_id) DO UPDATE "
+            "SET run_id = excluded.run_id, expires_at = excluded.expires_at "
+            f"WHERE {RUNS}.expires_at < clock_timestamp() RETURNING run_id",
+            (thread_id, run_id, float(seconds)),
+        )
+        return bool(rows)
+
+    async def release(self, thread_id: str, run_id: str) -> None:
+        """Give back the lease."""
+        await self._execute(f"DELETE FROM {RUNS} WHERE thread_id = %s AND run_id = %s", (thread_id, run_id))
+
+
+class SqliteThreadRecords:
+    """Thread records in the SQLite file of an `AsyncSqliteSaver`, sharing its connection and lock."""
+
+    def __init__(self, conn: Any, lock: Any) -> None:
+        """Use the saver's aiosqlite connection and its `asyncio.Lock`."""
+        self._conn = conn
+        self._lock = lock
+
+    async def _execute(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+        async with self._lock:
+            cursor = await self._conn.execute(sql, params)
+            rows = list(await cursor.fetchall())
+            await cursor.close()
+            await self._conn.commit()
+            return rows
+
+    async def setup(self) -> None:
+        """Create the table when missing."""
+        await self._execute(
+            f"CREATE TABLE IF NOT EXISTS {TABLE} (thread_id TEXT PRIMARY KEY, created_at TEXT NOT NULL, "
+            "updated_at TEXT NOT NULL, metadata TEXT NOT NULL DEFAULT '{}')"
+        )
+        await self._execute(
+            f"CREATE TABLE IF NOT EXISTS {RUNS} (thread_id TEXT PRIMARY KEY, run_id TEXT NOT NULL, "
+            "expires_at REAL NOT NULL)"
+        )
+
+    async def create(self, thread_id: str, metadata: dict[str, Any]) -> ThreadRecord | None:
+        """Insert a thread; None when it exists."""
+        now = _now().isoformat()
+        rows = await self._execute(
+            f"INSERT INTO {TABLE} (thread_id, created_at, updated_at, metadata) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (thread_id) DO NOTHING RETURNING thread_id, created_at, updated_at, metadata",
+            (thread_id, now, now, json.dumps(metadata)),
+        )
+        return _record(rows[0]) if rows else None
+
+    async def get(self, thread_id: str) -> ThreadRecord | None:
+        """The thread's record, or None."""
+        rows = await self._execute(
+            f"SELECT thread_id, created_at, updated_at, metadata FROM {TABLE} WHERE thread_id = ?", (thread_id,)
+        )
+        return _record(rows[0]) if rows else None
+
+    async def touch(self, thread_id: str) -> None:
+        """Set `updated_at` to now."""
+        await self._execute(f"UPDATE {TABLE} SET updated_at = ? WHERE thread_id = ?", (_now().isoformat(), thread_id))
+
+    async def claim(self, thread_id: str, run_id: str, seconds: float) -> bool:
+        """Take the lease (one machine: its clock)."""
+        now = time.time()
+        rows = await self._execute(
+            f"INSERT INTO {RUNS} (thread_id, run_id, expires_at) VALUES (?, ?, ?) ON CONFLICT (thread_id) DO UPDATE "
+            f"SET run_id = excluded.run_id, expires_at = excluded.expires_at WHERE {RUNS}.expires_at < ? "
+            "RETURNING run_id",
+            (thread_id, run_id, now + seconds, now),
+        )
+        return bool(rows)
+
+    async def release(self, thread_id: str, run_id: str) -> None:
+        """Give back the lease."""
+        await self._execute(f"DELETE FROM {RUNS} WHERE thread_id = ? AND run_id = ?", (thread_id, run_id))
+
+
+def thread_records(saver: Any) -> ThreadRecords:
+    """The thread records beside `saver`'s checkpoints (same database, same connections).
+
+    Raises:
+        TypeError: the checkpointer is neither the Postgres nor the SQLite saver.
+    """
+    kind = type(saver).__name__
+    if kind == "AsyncPostgresSaver":
+        return PostgresThreadRecords(saver.conn)
+    if kind == "AsyncSqliteSaver":
+        return SqliteThreadRecords(saver.conn, saver.lock)
+    raise TypeError(f"fastcrag serve keeps thread records beside Postgres or SQLite checkpoints, not {kind}")

@@ -1,0 +1,129 @@
+"""`fastcrag fit` end to end with the real models: a FAISS folder (calibrate, fine-tune, install) and Postgres."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fastcrag.cli import main
+from fastcrag.config.calibration import load_calibration
+from fastcrag.retrieval.embeddings import default_embeddings
+from fastcrag.retrieval.loaders import SourceDocument
+from fastcrag.retrieval.pgstore import build_pg_index
+
+pytestmark = pytest.mark.integration
+
+RIVERS = ["Aldon", "Brisk", "Calder", "Dunmore", "Elwy", "Ferren", "Glass", "Hollow", "Isker", "Juno", "Kell", "Lune"]
+GOODS = ["salt", "silk", "wool", "tin", "amber", "glass", "copper", "rye", "honey", "linen", "slate", "cider"]
+
+
+def town(i: int) -> str:
+    return f"{['North', 'South', 'East', 'West'][i % 4]}{RIVERS[i].lower()}ford"
+
+
+def documents() -> list[SourceDocument]:
+    return [
+        SourceDocument(
+            f"towns/{town(i)}.md",
+            town(i),
+            f"{town(i)} is a market town on the river {RIVERS[i]}. It was founded in {1650 + 13 * i} by wool "
+            f"merchants. Its market is famous for {GOODS[i]}, traded there every Thursday since the charter.",
+        )
+        for i in range(len(RIVERS))
+    ]
+
+
+def questions(path: Path) -> Path:
+    rows: list[dict[str, object]] = []
+    for i in range(len(RIVERS)):
+        rows.append({"question": f"In which year was {town(i)} founded?", "answers": [str(1650 + 13 * i)]})
+        rows.append({"question": f"What is the market of {town(i)} famous for?", "sources": [f"towns/{town(i)}.md"]})
+    rows += [{"question": f"Who is the current mayor of {town(i)}?", "answerable": False} for i in range(6)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("towns")
+    for d in documents():
+        (folder / Path(d.source).name).write_text(f"# {d.title}\n\n{d.text}\n", encoding="utf-8")
+    return folder
+
+
+def test_fit_on_a_faiss_index_installs_and_ask_uses_it(
+    tmp_path: Path, corpus: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    index = tmp_path / "index"
+    assert main(["index", str(corpus), "--index", str(index)]) == 0
+    q = tmp_path / "q.jsonl"
+    rows = [json.loads(line) for line in questions(q).read_text(encoding="utf-8").splitlines()]
+    for row in rows:  # sources as this index names them (absolute paths of the files)
+        if "sources" in row:
+            row["sources"] = [str((corpus / Path(s).name).resolve()) for s in row["sources"]]
+    q.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    out = tmp_path / "fit"
+    capsys.readouterr()
+    assert (
+        main(["fit", "--questions", str(q), "--index", str(index), "--out", str(out), "--no-train", "--install"]) == 0
+    )
+    printed = capsys.readouterr().out
+    assert f"FASTRAG_CALIBRATION={out / 'calibration.json'}" in printed
+    cal = load_calibration(out / "calibration.json", expected_model="fastcrag-grader-minilm-l6-v2")
+    assert cal.metrics["questions"]["questions"] == 30
+    assert {"report.md", "scores.png", "threshold.png", "calibration.json"} <= {p.name for p in out.iterdir()}
+    assert (out / "scores.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    # the index now carries its fit: `ask` uses its thresholds without any setting
+    assert main(["ask", "In which year was Northaldonford founded?", "--index", str(index), "--json"]) == 0
+    crag = json.loads(capsys.readouterr().out)["crag"]
+    assert crag["thresholds"] == {"reranker_threshold": cal.reranker_threshold, "crag_upper": cal.crag_upper}
+
+
+def test_fit_fine_tunes_within_its_budget(tmp_path: Path, corpus: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    index = tmp_path / "index"
+    assert main(["index", str(corpus), "--index", str(index)]) == 0
+    q = questions(tmp_path / "q.jsonl")
+    rows = [json.loads(line) for line in q.read_text(encoding="utf-8").splitlines() if "sources" not in line]
+    q.write_text("".join(json.dumps(r) + "\n" for r in rows * 2), encoding="utf-8")  # answers only, 36 lines
+    out = tmp_path / "fit"
+    args = ["fit", "--questions", str(q), "--index", str(index), "--out", str(out), "--minutes", "0.3"]
+    assert main([*args, "--data-root", str(tmp_path / "no-shared-data"), "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert "fitted" in report and "training pairs" in report
+    cal = json.loads((out / "calibration.json").read_text(encoding="utf-8"))
+    assert "fitted" in cal["metrics"]["held_out"]
+    if cal["metrics"]["fitted_grader_kept"]:  # kept only when it beats the base on the held-out part
+        assert (out / "grader" / "model.onnx").is_file() and f"FASTRAG_RERANKER={out / 'grader'}" in printed
+    else:
+        assert not (out / "grader").exists() and "the base grader is kept" in report
+
+
+def test_fit_on_a_postgres_collection(tmp_path: Path, postgres_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    build_pg_index(documents(), postgres_url, default_embeddings(), collection="towns")
+    out = tmp_path / "fit"
+    q = questions(tmp_path / "q.jsonl")
+    assert (
+        main(
+            [
+                "fit",
+                "--questions",
+                str(q),
+                "--store",
+                postgres_url,
+                "--collection",
+                "towns",
+                "--out",
+                str(out),
+                "--no-train",
+            ]
+        )
+        == 0
+    )
+    cal = load_calibration(out / "calibration.json")
+    assert "Postgres collection towns" in cal.data
+    bad = main(["fit", "--questions", str(q), "--store", postgres_url, "--collection", "nope", "--out", str(out)])
+    assert bad == 2 and (out / "calibration.json").is_file()  # a failed run leaves the earlier output as it was

@@ -1,0 +1,269 @@
+"""`fastcrag fit` with fakes: the questions file, every bad input, the split, the labels and a whole --no-train run."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fastcrag import components
+from fastcrag.cli import main
+from fastcrag.components import Components
+from fastcrag.config.calibration import CalibrationError, load_calibration
+from fastcrag.config.settings import Settings
+from fastcrag.fitting import fit as fitmod
+from fastcrag.fitting.fit import Candidate, FitOptions, Labelled, fit, is_evidence, training_pairs
+from fastcrag.fitting.questions import MIN_QUESTIONS, FitError, FitQuestion, read_questions, split_held_out
+from fastcrag.retrieval.store import FaissStore
+
+from fakes import HashEmbeddings, ScriptedChat
+
+TOWNS = [f"Town{chr(65 + i)}{chr(75 + i)}" for i in range(16)]
+
+
+def facts(i: int) -> str:
+    town = TOWNS[i]
+    return (
+        f"{town} was founded in {1700 + 7 * i}. The river of {town} is called Flow{i}. "
+        f"{town} is known for its market of {['salt', 'silk', 'wool', 'tin'][i % 4]}."
+    )
+
+
+class AnswerGrader:
+    """Scores a passage 0.9 when it holds the question's answer, 0.5 when it is about the question's town."""
+
+    name = "answer-grader"
+
+    def __init__(self, answers: dict[str, str]) -> None:
+        self.answers = answers
+
+    def score(self, query: str, texts: Sequence[str]) -> list[float]:
+        answer = self.answers.get(query, "\0")
+        town = next((t for t in TOWNS if t in query), "\0")
+        return [0.9 if answer in t else 0.5 if town in t else 0.1 for t in texts]
+
+
+def write_questions(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def labelled_rows() -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for i, town in enumerate(TOWNS):
+        rows.append({"question": f"When was {town} founded?", "answers": [str(1700 + 7 * i)]})
+        rows.append({"question": f"What is the river of {town} called?", "sources": [f"doc{i}.txt"]})
+    rows += [{"question": f"Who is the mayor of {t}?", "answerable": False} for t in TOWNS[:6]]
+    return rows
+
+
+@pytest.fixture
+def index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setattr(fitmod, "default_embeddings", HashEmbeddings)
+    store = FaissStore(HashEmbeddings())
+    texts = [facts(i) for i in range(len(TOWNS))]
+    store.add_texts(texts, [{"source": f"doc{i}.txt", "title": TOWNS[i]} for i in range(len(TOWNS))])
+    folder = tmp_path / "index"
+    store.save(folder)
+    answers = {r["question"]: r["answers"][0] for r in labelled_rows() if "answers" in r}
+    answers |= {f"What is the river of {t} called?": f"Flow{i}" for i, t in enumerate(TOWNS)}
+    grader = AnswerGrader(answers)
+    monkeypatch.setattr(fitmod, "load_reranker", lambda spec: grader)
+    monkeypatch.setattr(fitmod, "default_reranker_spec", lambda: "answer-grader")
+    return folder
+
+
+def test_a_valid_file_reads_every_kind(tmp_path: Path) -> None:
+    qs = read_questions(write_questions(tmp_path / "q.jsonl", labelled_rows()))
+    assert len(qs) == 38
+    assert qs[0].answers == ("1700",) and qs[1].sources == ("doc0.txt",) and not qs[-1].answerable
+    assert qs[0].line == 1
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("{not json", "not valid JSON"),
+        ('["a list"]', "expected a JSON object"),
+        ('{"answers": ["x"]}', "`question` is missing"),
+        ('{"question": "  ", "answers": ["x"]}', "`question` is missing"),
+        ('{"question": "q"}', "exactly one of"),
+        ('{"question": "q", "answers": ["x"], "sources": ["s"]}', "exactly one of"),
+        ('{"question": "q", "answers": []}', "non-empty list"),
+        ('{"question": "q", "answers": "x"}', "non-empty list"),
+        ('{"question": "q", "answerable": "no"}', "true or false"),
+        ('{"question": "q", "answerable": false, "answers": ["x"]}', "cannot come with"),
+        ('{"question": "q", "answer": ["x"]}', "unknown keys"),
+    ],
+)
+def test_a_bad_line_names_its_number(tmp_path: Path, line: str, message: str) -> None:
+    path = tmp_path / "q.jsonl"
+    good = [json.dumps(r) for r in labelled_rows()]
+    path.write_text("\n".join([*good[:3], line, *good[3:]]) + "\n", encoding="utf-8")
+    with pytest.raises(FitError, match=rf"q\.jsonl:4: .*{message}"):
+        read_questions(path)
+
+
+def test_missing_file_and_too_few_questions(tmp_path: Path) -> None:
+    with pytest.raises(FitError, match="not found"):
+        read_questions(tmp_path / "nope.jsonl")
+    few = write_questions(tmp_path / "few.jsonl", labelled_rows()[: MIN_QUESTIONS - 1])
+    with pytest.raises(FitError, match=f"at least {MIN_QUESTIONS}"):
+        read_questions(few)
+
+
+def test_split_keeps_groups_whole_and_is_seeded() -> None:
+    groups = [f"g{i // 3}" for i in range(60)]
+    held = split_held_out(groups, 0.3, seed=1)
+    assert held == split_held_out(groups, 0.3, seed=1)
+    assert 0.2 < sum(held) / len(held) < 0.45
+    for g in set(groups):
+        assert len({h for h, gg in zip(held, groups, strict=True) if gg == g}) == 1
+    assert held != split_held_out(groups, 0.3, seed=2)
+
+
+def test_evidence_by_answers_and_by_sources() -> None:
+    by_answer = FitQuestion(1, "q", answers=("Founded in  1921",))
+    assert is_evidence(by_answer, "a.txt", "it was FOUNDED in\n1921 by")
+    assert not is_evidence(by_answer, "a.txt", "founded in 1922")
+    by_source = FitQuestion(2, "q", sources=("a.txt",))
+    assert is_evidence(by_source, "a.txt", "anything") and not is_evidence(by_source, "b.txt", "anything")
+
+
+def test_training_pairs_skip_retrieval_misses() -> None:
+    def item(q: FitQuestion, flags: list[bool]) -> Labelled:
+        return Labelled(q, [Candidate(f"c{i}", "s", f"text {i}", e) for i, e in enumerate(flags)])
+
+    hit = item(FitQuestion(1, "hit", answers=("x",)), [False, True, False, False, False])
+    miss = item(FitQuestion(2, "miss", answers=("x",)), [False] * 5)
+    unanswerable = item(FitQuestion(3, "none"), [False] * 5)
+    pairs = training_pairs([hit, miss, unanswerable], top_k=4)
+    assert [(q, label) for q, _, label in pairs] == [("hit", 1.0)] + [("hit", 0.0)] * 3 + [("none", 0.0)] * 3
+    assert hit.gold_removed_view(3) == [c for c in hit.candidates if not c.evidence][:3]
+
+
+def test_no_train_fit_writes_calibration_report_and_plots(tmp_path: Path, index: Path) -> None:
+    questions = write_questions(tmp_path / "q.jsonl", labelled_rows())
+    out = tmp_path / "fit-out"
+    out.mkdir()
+    (out / "stale.txt").write_text("from an earlier fit", encoding="utf-8")
+    lines: list[str] = []
+    result = fit(FitOptions(questions, out, index=index, train=False, progress=False), log=lines.append)
+    assert not (out / "stale.txt").exists()  # the folder is replaced whole
+    assert {p.name for p in out.iterdir()} == {"calibration.json", "report.md", "scores.png", "threshold.png"}
+    cal = load_calibration(out / "calibration.json", expected_model="answer-grader")
+    # the fake grader separates perfectly: the threshold falls between 0.5 (on topic, no answer) and 0.9
+    assert 0.5 < cal.reranker_threshold <= 0.9
+    base = result.figures["base"]
+    assert base.auc_gold_removed == 1.0 and base.auc_unanswerable == 1.0
+    assert base.at_threshold["abstention_precision"] == 1.0 and base.at_threshold["answerable_answered"] == 1.0
+    assert result.counts["questions"] == 38 and result.counts["held_out"] > 0
+    assert not result.kept_fitted and result.env == [f"FASTRAG_CALIBRATION={out / 'calibration.json'}"]
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert "AUC answerable vs gold removed" in report and "answer-grader" in report
+    assert any("held out" in line for line in lines)
+    assert not list(tmp_path.glob(".fit-out*"))  # no temporary folder left behind
+
+
+def test_install_puts_the_fit_beside_the_index_and_components_use_it(
+    tmp_path: Path, index: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    questions = write_questions(tmp_path / "q.jsonl", labelled_rows())
+    out = tmp_path / "fit-out"
+    result = fit(FitOptions(questions, out, index=index, train=False, install=True, progress=False), log=print)
+    assert (index / "fit" / "calibration.json").is_file() and (index / "fit" / "fit.json").is_file()
+    assert any("Installed" in n for n in result.notes)
+
+    monkeypatch.setattr(components, "default_embeddings", HashEmbeddings)
+    parts = Components(Settings(index_dir=index))
+    fitted = parts.index_fit()
+    assert fitted is not None and fitted.calibration == index / "fit" / "calibration.json" and fitted.grader is None
+    monkeypatch.setattr(components, "load_reranker", lambda spec: AnswerGrader({}))
+    assert parts.calibration().reranker_model == "answer-grader"  # no setting needed
+    assert Components(Settings()).index_fit() is None  # the embedded index has no fit
+
+    record = json.loads((index / "fit" / "fit.json").read_text(encoding="utf-8"))
+    (index / "fit" / "fit.json").write_text(json.dumps(record | {"embedder": "another"}), encoding="utf-8")
+    with pytest.raises(CalibrationError, match="made with embedder 'another'"):
+        Components(Settings(index_dir=index)).index_fit()
+    (index / "fit" / "fit.json").write_text(json.dumps(record | {"grader": True}), encoding="utf-8")
+    with pytest.raises(CalibrationError, match=r"missing .*grader/model\.onnx"):
+        Components(Settings(index_dir=index)).index_fit()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"index": "missing"}, "no index folder"),
+        ({"source": "doc99.txt"}, "source 'doc99.txt' is not in the index"),
+        ({"precision": 1.5}, "--precision"),
+        ({"both": True}, "exactly one of --index"),
+    ],
+)
+def test_bad_inputs_are_clear_errors_and_write_nothing(
+    tmp_path: Path, index: Path, change: dict[str, Any], message: str
+) -> None:
+    rows = labelled_rows()
+    if "source" in change:
+        rows[5] = {"question": "What is the river?", "sources": [change["source"]]}
+    questions = write_questions(tmp_path / "q.jsonl", rows)
+    out = tmp_path / "fit-out"
+    opts = FitOptions(
+        questions,
+        out,
+        index=tmp_path / "missing" if change.get("index") else index,
+        store="postgresql://x@localhost/db" if change.get("both") else "",
+        train=False,
+        precision=change.get("precision", 0.9),
+        progress=False,
+    )
+    with pytest.raises(FitError, match=message):
+        fit(opts, log=print)
+    assert not out.exists()
+    assert not list(tmp_path.glob(".fit-out*"))
+
+
+def test_cli_reports_a_bad_line_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "q.jsonl"
+    path.write_text('{"question": "q", "answers": ["a"]}\n{oops\n', encoding="utf-8")
+    code = main(["fit", "--questions", str(path), "--index", str(tmp_path), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2 and "q.jsonl:2: not valid JSON" in err and "Traceback" not in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_generate_writes_questions_with_a_chat_model_then_fits(
+    tmp_path: Path, index: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def reply(prompt: str) -> dict[str, str]:
+        town, year = re.findall(r"(Town[A-Z]{2}) was founded in (\d+)", prompt)[-1]
+        return {"question": f"When was {town} founded?", "answer": year, "near_miss": f"Who is the mayor of {town}?"}
+
+    chat = ScriptedChat(replies=[reply])
+    monkeypatch.setattr(fitmod, "load_chat_model", lambda spec, *a: chat)
+    questions = tmp_path / "generated.jsonl"
+    opts = FitOptions(
+        questions, tmp_path / "out", index=index, train=False, progress=False, generate=16, llm="x:y", held_out=0.45
+    )
+    result = fit(opts, log=print)
+    written = read_questions(questions)
+    assert len(written) == 32 and sum(q.answerable for q in written) == 16  # a near miss for every chunk
+    assert result.figures["base"].auc_gold_removed == 1.0
+    with pytest.raises(FitError, match="exists"):  # never overwrites a questions file
+        fit(opts, log=print)
+    with pytest.raises(FitError, match="needs --llm"):
+        fit(FitOptions(questions, tmp_path / "o2", index=index, generate=5), log=print)
+
+
+def test_judge_relabels_answer_questions_only(tmp_path: Path, index: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    chat = ScriptedChat(replies=[{"answers": False}])  # a judge that finds no passage answering
+    monkeypatch.setattr(fitmod, "load_chat_model", lambda spec, *a: chat)
+    questions = write_questions(tmp_path / "q.jsonl", labelled_rows())
+    opts = FitOptions(questions, tmp_path / "out", index=index, train=False, progress=False, judge=True, llm="x:y")
+    with pytest.raises(FitError, match="held-out part has"):  # only the 16 `sources` questions keep evidence
+        fit(opts, log=print)
+    assert chat.prompts and all("Question:" in p for p in chat.prompts)
