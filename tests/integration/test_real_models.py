@@ -84,7 +84,9 @@ def test_embedded_default_answers_with_citations() -> None:
     out = json.loads(result.stdout)
     assert out["crag"]["action"] != "abstain", out["crag"]
     assert out["answer"] and out["answer"] != "I don't know."
-    assert any(c["source"] in {"pydoc:with", "pydoc:compound", "pydoc:context-managers"} for c in out["citations"])
+    # pydoc:specialnames holds the context-manager section word for word, as pydoc:context-managers does
+    expected = {"pydoc:with", "pydoc:compound", "pydoc:context-managers", "pydoc:specialnames"}
+    assert any(c["source"] in expected for c in out["citations"])
     assert set(out["crag"]["timings"]) == {"retrieve_ms", "rerank_ms", "crag_ms", "generate_ms"}
 
 

@@ -113,6 +113,8 @@ def replay_sample(data_root: Path, n: int, seed: int, *, dev_percent: float = 5.
     )
     train, _ = build_pool(data_root, cfg, seed, include_scifact_train=False)
     rng = random.Random(seed)
+    # build_pool takes every SQuAD 2.0 unanswerable whatever the size: keep the same share of them as of the rest
+    train = [p for p in train if not p.source.endswith(":unanswerable") or rng.random() < share]
     scifact = data_root / "scifact"
     if (scifact / "qrels" / "train.tsv").is_file():
         claims = beir_pairs(
