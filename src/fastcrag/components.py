@@ -13,9 +13,17 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.vectorstores import VectorStore
+from platformdirs import user_cache_dir
 
 from fastcrag.cache import Lazy
-from fastcrag.config.calibration import Calibration, CalibrationError, IndexFit, index_fit, load_calibration
+from fastcrag.config.calibration import (
+    Calibration,
+    CalibrationError,
+    IndexFit,
+    index_fit,
+    load_calibration,
+    materialise_fit,
+)
 from fastcrag.config.settings import Context, RunConfig, Settings, as_context, is_postgres_url, resolve
 from fastcrag.generation.chat import load_chat_model
 from fastcrag.generation.generators import ChatGenerator, ExtractiveGenerator, Generator
@@ -93,7 +101,7 @@ class Components:
         return given
 
     def index_fit(self) -> IndexFit | None:
-        """The fit installed with the configured FAISS index (`fastcrag fit --install`).
+        """The fit installed with the configured index (`fastcrag fit --install`): a FAISS folder or a collection.
 
         It is used unless settings or arguments name a grader or a calibration.
 
@@ -101,9 +109,15 @@ class Components:
             CalibrationError: the installed fit is incomplete, or was made with another embedder.
         """
         s = self.settings
-        if self._retriever is not None or s.index_dir is None or is_postgres_url(s.store):
+        if self._retriever is not None:
             return None
-        fit = index_fit(s.index_dir)
+        if is_postgres_url(s.store):
+            store = getattr(self.retriever(), "store", None)
+            record = store.fit() if store is not None and hasattr(store, "fit") else None
+            cache = Path(user_cache_dir("fastcrag")) / "fits"
+            fit = materialise_fit(record[0], record[1], record[2], cache) if record else None
+        else:
+            fit = index_fit(s.index_dir) if s.index_dir is not None else None
         embedder = getattr(default_embeddings(), "name", "")
         if fit is not None and fit.embedder and fit.embedder != embedder:
             raise CalibrationError(

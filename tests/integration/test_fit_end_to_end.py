@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from fastcrag.cli import main
+from fastcrag.components import Components
 from fastcrag.config.calibration import load_calibration
+from fastcrag.config.settings import Settings
 from fastcrag.retrieval.embeddings import default_embeddings
 from fastcrag.retrieval.loaders import SourceDocument
 from fastcrag.retrieval.pgstore import build_pg_index
@@ -102,28 +104,23 @@ def test_fit_fine_tunes_within_its_budget(tmp_path: Path, corpus: Path, capsys: 
         assert not (out / "grader").exists() and "the base grader is kept" in report
 
 
-def test_fit_on_a_postgres_collection(tmp_path: Path, postgres_url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    build_pg_index(documents(), postgres_url, default_embeddings(), collection="towns")
+def test_fit_on_a_postgres_collection_installs_in_its_record(
+    tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    build_pg_index(documents(), postgres_url, default_embeddings(), collection="towns", progress=False)
     out = tmp_path / "fit"
     q = questions(tmp_path / "q.jsonl")
-    assert (
-        main(
-            [
-                "fit",
-                "--questions",
-                str(q),
-                "--store",
-                postgres_url,
-                "--collection",
-                "towns",
-                "--out",
-                str(out),
-                "--no-train",
-            ]
-        )
-        == 0
-    )
+    args = ["fit", "--questions", str(q), "--store", postgres_url, "--collection", "towns", "--out", str(out)]
+    assert main([*args, "--no-train", "--install", "--quiet"]) == 0
     cal = load_calibration(out / "calibration.json")
     assert "Postgres collection towns" in cal.data
+
+    # every entry point over that collection now uses the fit, without FASTRAG_CALIBRATION
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    parts = Components(Settings(store=postgres_url, collection="towns"))
+    fit = parts.index_fit()
+    assert fit is not None and fit.grader is None and str(tmp_path / "cache") in str(fit.calibration)
+    assert parts.calibration().thresholds() == cal.thresholds()
+
     bad = main(["fit", "--questions", str(q), "--store", postgres_url, "--collection", "nope", "--out", str(out)])
     assert bad == 2 and (out / "calibration.json").is_file()  # a failed run leaves the earlier output as it was

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
 import re
+import tarfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -13,7 +15,7 @@ import pytest
 from fastcrag import components
 from fastcrag.cli import main
 from fastcrag.components import Components
-from fastcrag.config.calibration import CalibrationError, load_calibration
+from fastcrag.config.calibration import CalibrationError, load_calibration, materialise_fit
 from fastcrag.config.settings import Settings
 from fastcrag.fitting import fit as fitmod
 from fastcrag.fitting.fit import Candidate, FitOptions, Labelled, fit, is_evidence, training_pairs
@@ -267,3 +269,25 @@ def test_judge_relabels_answer_questions_only(tmp_path: Path, index: Path, monke
     with pytest.raises(FitError, match="held-out part has"):  # only the 16 `sources` questions keep evidence
         fit(opts, log=print)
     assert chat.prompts and all("Question:" in p for p in chat.prompts)
+
+
+def _tar(members: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def test_a_fit_held_as_data_unpacks_once_and_safely(tmp_path: Path) -> None:
+    cal = {"reranker_model": "g-fit", "reranker_threshold": 0.4, "crag_upper": 0.8}
+    fit1 = materialise_fit(cal, _tar({"model.onnx": b"onnx", "tokenizer.json": b"{}"}), "e", tmp_path)
+    assert fit1.grader is not None and (fit1.grader / "model.onnx").read_bytes() == b"onnx"
+    assert load_calibration(fit1.calibration).crag_upper == 0.8
+    assert materialise_fit(cal, _tar({"model.onnx": b"onnx", "tokenizer.json": b"{}"}), "e", tmp_path) == fit1
+    assert materialise_fit(cal, None, "e", tmp_path).grader is None
+    with pytest.raises(tarfile.TarError):  # a member that would land outside its folder is refused
+        materialise_fit(cal, _tar({"../escape.txt": b"x"}), "e", tmp_path)
+    assert not (tmp_path / "escape.txt").exists()

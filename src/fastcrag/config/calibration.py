@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import math
+import os
+import shutil
+import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -110,3 +115,26 @@ def index_fit(index_dir: Path) -> IndexFit | None:
         missing = calibration if not calibration.is_file() else grader / "model.onnx"  # type: ignore[operator]
         raise CalibrationError(f"the fit installed in {folder} is missing {missing}; run `fastcrag fit --install`")
     return IndexFit(calibration, grader, str(record.get("embedder", "")))
+
+
+def materialise_fit(calibration: dict[str, Any], grader: bytes | None, embedder: str, cache: Path) -> IndexFit:
+    """A fit stored as data (a Postgres collection's record) as files under `cache`, keyed by its content.
+
+    The grader arrives as a tar of its folder; it is unpacked once (into a temporary folder renamed into place), with
+    tarfile's `data` filter, so no member can land outside its folder.
+    """
+    blob = json.dumps(calibration, sort_keys=True).encode() + (grader or b"")
+    folder = cache / hashlib.sha1(blob).hexdigest()[:16]
+    if not (folder / "calibration.json").is_file():
+        staged = cache / f".{folder.name}.tmp-{os.getpid()}"
+        shutil.rmtree(staged, ignore_errors=True)
+        staged.mkdir(parents=True)
+        if grader is not None:
+            with tarfile.open(fileobj=io.BytesIO(grader)) as tar:
+                tar.extractall(staged / "grader", filter="data")
+        (staged / "calibration.json").write_text(json.dumps(calibration, indent=2) + "\n", encoding="utf-8")
+        try:
+            os.replace(staged, folder)
+        except OSError:  # another process unpacked the same fit meanwhile
+            shutil.rmtree(staged, ignore_errors=True)
+    return IndexFit(folder / "calibration.json", folder / "grader" if grader is not None else None, embedder)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import io
 import json
 import os
 import shutil
 import sys
+import tarfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -349,8 +351,6 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
     started = time.perf_counter()
     if not 0.5 <= opts.precision < 1.0:
         raise FitError(f"--precision must be in [0.5, 1), got {opts.precision}")
-    if opts.install and not opts.index:
-        raise FitError("--install stores the fit with a FAISS index folder (--index)")
     if bool(opts.generate) != bool(opts.llm) and not (opts.judge and opts.llm):
         raise FitError("--generate N needs --llm provider:model (and --judge needs --llm)")
     if opts.generate and opts.questions.exists():
@@ -473,9 +473,9 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
     elif settings.reranker:
         env.append(f"FASTRAG_RERANKER={settings.reranker}")
     env.append(f"FASTRAG_CALIBRATION={opts.out / 'calibration.json'}")
-    if opts.install and opts.index:
-        install(opts.out, opts.index)
-        notes.append(f"Installed into {opts.index / FIT_DIR}: `ask`, `serve` and `build_graph()` use it.")
+    if opts.install:
+        where = install(opts.out, opts.index) if opts.index else install_in_collection(opts.out, store)
+        notes.append(f"Installed into {where}: `ask`, `serve` and `build_graph()` use it without settings.")
     log(f"done in {time.perf_counter() - started:.0f} s")
     return FitResult(opts.out, calibration, kept is not base, figures, counts, env, notes)
 
@@ -520,6 +520,20 @@ def _replace_folder(new: Path, dest: Path) -> None:
         os.replace(dest, old)
     os.replace(new, dest)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def install_in_collection(out: Path, store: Any) -> str:
+    """Store a fit's calibration and grader (a tar of its folder) in a Postgres collection's record."""
+    grader = None
+    if (out / "grader").is_dir():
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            for path in sorted((out / "grader").iterdir()):
+                tar.add(path, arcname=path.name)
+        grader = buf.getvalue()
+    calibration = json.loads((out / "calibration.json").read_text(encoding="utf-8"))
+    store.save_fit(calibration, grader, getattr(default_embeddings(), "name", ""))
+    return f"the record of Postgres collection {store.collection.name!r}"
 
 
 def install(out: Path, index: Path) -> Path:

@@ -24,6 +24,7 @@ so that this module imports without them.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import uuid
@@ -78,6 +79,16 @@ MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (collection_id, source)
         )""",
         "CREATE INDEX fastcrag_documents_hash ON fastcrag_documents (collection_id, hash)",
+    ],
+    [  # 2: a collection's installed fit (`fastcrag fit --install`): its calibration, and its fitted grader (a tar)
+        """CREATE TABLE fastcrag_fits (
+            collection_id integer PRIMARY KEY REFERENCES fastcrag_collections (id) ON DELETE CASCADE,
+            calibration jsonb NOT NULL,
+            grader bytea,
+            grader_sha1 text,
+            embedder text NOT NULL,
+            created_at timestamptz NOT NULL DEFAULT now()
+        )""",
     ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -453,6 +464,29 @@ class PgStore(VectorStore):
                 "SELECT source FROM fastcrag_documents WHERE collection_id = %s", (self.collection.id,)
             ).fetchall()
         return {str(r[0]) for r in rows}
+
+    def save_fit(self, calibration: dict[str, Any], grader: bytes | None, embedder: str) -> None:
+        """Install a fit with the collection (one transaction; replaces an earlier one)."""
+        from psycopg.types.json import Jsonb
+
+        sha1 = hashlib.sha1(grader).hexdigest() if grader is not None else None
+        with self._connection("installing the fit") as conn, conn.transaction():
+            conn.execute(
+                "INSERT INTO fastcrag_fits (collection_id, calibration, grader, grader_sha1, embedder) "
+                "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (collection_id) DO UPDATE SET calibration = "
+                "excluded.calibration, grader = excluded.grader, grader_sha1 = excluded.grader_sha1, "
+                "embedder = excluded.embedder, created_at = now()",
+                (self.collection.id, Jsonb(calibration), grader, sha1, embedder),
+            )
+
+    def fit(self) -> tuple[dict[str, Any], bytes | None, str] | None:
+        """The collection's installed fit: (calibration, grader tar or None, embedder), or None."""
+        with self._connection("reading the fit") as conn:
+            row = conn.execute(
+                "SELECT calibration, grader, embedder FROM fastcrag_fits WHERE collection_id = %s",
+                (self.collection.id,),
+            ).fetchone()
+        return None if row is None else (dict(row[0]), None if row[1] is None else bytes(row[1]), str(row[2]))
 
     def sample_chunks(self, limit: int) -> list[tuple[str, str]]:
         """Up to `limit` (source, text) chunks, spread over the collection in a fixed pseudo-random order."""

@@ -14,6 +14,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from fastcrag.grading.onnx_grader import OnnxCrossEncoderReranker
+from fastcrag.grading.reranker import CrossEncoderReranker, default_reranker_spec, load_reranker
+from fastcrag.retrieval.embeddings import SentenceTransformerEmbeddings, packaged_minilm_path
+from fastcrag.retrieval.loaders import python_reference
 from fastcrag.retrieval.text import split_sentences
 from fastcrag.training.data import (
     Article,
@@ -22,6 +26,7 @@ from fastcrag.training.data import (
     heldout_squad_articles,
     load_beir,
     load_squad,
+    read_pairs,
     sentence_windows,
     squad11_articles,
 )
@@ -126,8 +131,6 @@ def fit_fusion(reranker: Any, emb: Any, pairs_path: Path) -> tuple[float, float,
     import numpy as np
     from sklearn.linear_model import LogisticRegression
 
-    from fastcrag.training.data import read_pairs
-
     pairs = read_pairs(pairs_path)
     ce = np.concatenate([reranker.score(p.question, [p.passage]) for p in pairs])
     q = emb.encode([p.question for p in pairs])
@@ -222,9 +225,6 @@ def quality_benchmark(
         ValueError: an unknown section.
     """
     import torch  # the bi-encoder baseline runs on torch; loaded when the benchmark runs
-
-    from fastcrag.grading.reranker import default_reranker_spec, load_reranker
-    from fastcrag.retrieval.embeddings import SentenceTransformerEmbeddings
 
     torch.set_num_threads(threads)
     os.environ.setdefault("FASTRAG_ORT_THREADS", str(threads))
@@ -502,7 +502,6 @@ class _TorchBf16Reranker:
     """The sentence-transformers model run under bfloat16 autocast (timing variant)."""
 
     def __init__(self, path: Path, max_length: int = 256) -> None:
-        from fastcrag.grading.reranker import CrossEncoderReranker
 
         self.inner = CrossEncoderReranker(path, max_length=max_length)
         self.name = self.inner.name + " [torch bf16]"
@@ -520,8 +519,6 @@ def _texts_of_length(tokenizer: Any, n_tokens: int, count: int) -> list[str]:
     Every passage is distinct: the graders cache results per (query, passage), so repeated passages would be
     scored once and make the timing look faster than real reranking.
     """
-    from fastcrag.retrieval.loaders import python_reference
-
     ids: list[int] = []
     for doc in python_reference():
         ids += tokenizer.encode(doc.text, add_special_tokens=False)
@@ -565,10 +562,6 @@ def speed_benchmark(
     import numpy as np
     import torch
     from transformers import AutoTokenizer
-
-    from fastcrag.grading.onnx_grader import OnnxCrossEncoderReranker
-    from fastcrag.grading.reranker import CrossEncoderReranker
-    from fastcrag.retrieval.embeddings import SentenceTransformerEmbeddings, packaged_minilm_path
 
     torch.set_num_threads(threads)
     faiss.omp_set_num_threads(threads)
