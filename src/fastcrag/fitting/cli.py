@@ -32,6 +32,7 @@ def _fit(args: argparse.Namespace) -> int:
         generate=args.generate,
         llm=args.llm or "",
         judge=args.judge,
+        replay_exclude=frozenset(args.replay_exclude or ()),
     )
     result = fit(opts, Settings())
     print(f"\n{result.out / 'report.md'}")
@@ -71,6 +72,12 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     f.add_argument("--seed", type=int, default=13)
     f.add_argument("--install", action="store_true", help="store the fit with the index (FAISS folder)")
     f.add_argument("--data-root", help="the packaged training mix, replayed while fine-tuning (../shared/data)")
+    f.add_argument(
+        "--replay-exclude",
+        nargs="+",
+        metavar="SOURCE",
+        help="leave these sources of the packaged mix out of the replay (e.g. covidqa: the one your corpus comes from)",
+    )
     f.add_argument("--quiet", action="store_true", help="no progress bars")
     f.add_argument(
         "--generate", type=int, default=0, metavar="N", help="no labels: the chat model writes questions from N chunks"

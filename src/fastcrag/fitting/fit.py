@@ -104,6 +104,7 @@ class FitOptions:
     generate: int = 0
     llm: str = ""
     judge: bool = False
+    replay_exclude: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -333,7 +334,14 @@ def fine_tune_grader(
 
     rows = [Pair(q, p, label, "fit", hashlib.sha1(q.encode()).hexdigest()[:12]) for q, p, label in pairs]
     result = fine_tune(
-        base_dir, rows, work, minutes=opts.minutes, seed=opts.seed, data_root=opts.data_root, progress=opts.progress
+        base_dir,
+        rows,
+        work,
+        minutes=opts.minutes,
+        replay_exclude=opts.replay_exclude,
+        seed=opts.seed,
+        data_root=opts.data_root,
+        progress=opts.progress,
     )
     return Path(result.export), str(result.name)
 
@@ -351,6 +359,11 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
     started = time.perf_counter()
     if not 0.5 <= opts.precision < 1.0:
         raise FitError(f"--precision must be in [0.5, 1), got {opts.precision}")
+    if opts.replay_exclude:
+        from fastcrag.training.finetune import REPLAY_FAMILIES  # the training package loads only when asked
+
+        if unknown := sorted(opts.replay_exclude - REPLAY_FAMILIES):
+            raise FitError(f"--replay-exclude: unknown {unknown}; the packaged mix has {sorted(REPLAY_FAMILIES)}")
     if bool(opts.generate) != bool(opts.llm) and not (opts.judge and opts.llm):
         raise FitError("--generate N needs --llm provider:model (and --judge needs --llm)")
     if opts.generate and opts.questions.exists():

@@ -85,13 +85,18 @@ def _missing_permissive(data_root: Path) -> list[str]:
     return [str(p) for p in need if not p.is_dir()]
 
 
-def replay_sample(data_root: Path, n: int, seed: int, *, dev_percent: float = 5.0) -> list[Pair]:
+def replay_sample(
+    data_root: Path, n: int, seed: int, *, dev_percent: float = 5.0, exclude: frozenset[str] = frozenset()
+) -> list[Pair]:
     """A seeded sample of `n` training pairs of the packaged grader's mix, from its permissive sources only.
 
     Every source is built at the same fraction of the packaged mix (SQuAD 1.1 questions, SelQA, MedQuAD, COVID-QA,
     PubMedQA and SciFact *train* claims), so the sample keeps the mix's proportions without building the whole
     pool; pairs of the dev split's documents are left out. Nothing under `data_root/train/restricted` (nor any
     folder outside `PERMISSIVE_FOLDERS` and SciFact) is read.
+
+    `exclude` names source families (`REPLAY_FAMILIES`) to leave out, e.g. the one a user's own corpus comes from,
+    so that the replay cannot hold the held-out part's own questions.
 
     Raises:
         FileNotFoundError: a permissive folder is missing.
@@ -133,6 +138,7 @@ def replay_sample(data_root: Path, n: int, seed: int, *, dev_percent: float = 5.
     stray = {p.source.split(":")[0] for p in train} - REPLAY_FAMILIES
     if stray:
         raise AssertionError(f"replay drew on sources outside the packaged mix: {sorted(stray)}")
+    train = [p for p in train if p.source.split(":")[0] not in exclude]
     train.sort(key=lambda p: (p.source, p.group, p.question, p.passage))  # order independent of set iteration
     rng.shuffle(train)
     return train[:n]
@@ -185,6 +191,7 @@ def fine_tune(
     *,
     minutes: float,
     replay: int | None = None,
+    replay_exclude: frozenset[str] = frozenset(),
     seed: int = 13,
     data_root: Path | None = None,
     progress: bool = True,
@@ -214,6 +221,7 @@ def fine_tune(
         minutes: Training time budget (the learning-rate schedule's clock; rebuilding, tokenising and exporting
             are not counted).
         replay: Replay pairs of the packaged mix; default as many as the user's pairs; 0 for none.
+        replay_exclude: Source families of the packaged mix left out of the replay (see `replay_sample`).
         seed: Seed of the replay sample, the batch order and torch.
         data_root: The shared data folder of the packaged mix; default `../shared/data` when it exists. Without
             it there is no replay (said in the result's notes).
@@ -277,6 +285,7 @@ def fine_tune(
         "base": base_name,
         "minutes": minutes,
         "replay": n_replay,
+        "replay_exclude": sorted(replay_exclude),
         "seed": seed,
         "batch_size": batch_size,
         "lr": lr,
@@ -294,7 +303,7 @@ def fine_tune(
     if replay_path.is_file():
         mixed = read_pairs(replay_path)
     else:
-        mixed = replay_sample(root, n_replay, seed) if n_replay else []
+        mixed = replay_sample(root, n_replay, seed, exclude=replay_exclude) if n_replay else []
         write_pairs(replay_path, mixed)
     if len(mixed) < n_replay:
         notes.append(f"the packaged mix gave {len(mixed)} replay pairs of the {n_replay} asked for")
