@@ -18,7 +18,8 @@ from fastcrag.components import Components
 from fastcrag.config.calibration import CalibrationError, load_calibration, materialise_fit
 from fastcrag.config.settings import Settings
 from fastcrag.fitting import fit as fitmod
-from fastcrag.fitting.fit import Candidate, FitOptions, Labelled, fit, is_evidence, training_pairs
+from fastcrag.fitting.fit import FitOptions, fit
+from fastcrag.fitting.labels import Candidate, Labelled, is_evidence, training_pairs
 from fastcrag.fitting.questions import MIN_QUESTIONS, FitError, FitQuestion, read_questions, split_held_out
 from fastcrag.retrieval.store import FaissStore
 

@@ -12,7 +12,8 @@ from fastcrag.config.calibration import Calibration
 from fastcrag.fitting.calibrate import Observation
 
 if TYPE_CHECKING:
-    from fastcrag.fitting.fit import FitOptions, GraderFigures
+    from fastcrag.fitting.fit import FitOptions
+    from fastcrag.fitting.measure import GraderFigures
 
 KINDS = ("answerable", "gold_removed", "unanswerable")
 COLOURS = {"answerable": "#2a7ab0", "gold_removed": "#e08a1e", "unanswerable": "#b03a2e"}

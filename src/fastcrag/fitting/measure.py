@@ -1,0 +1,146 @@
+"""What `fastcrag fit` measures on the held-out part: grading as the graph sees it, AUCs, thresholds, figures."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from fastcrag.fitting.calibrate import Observation, auc, choose_threshold, choose_upper
+from fastcrag.fitting.labels import Labelled
+from fastcrag.grading.bands import band_of
+from fastcrag.grading.reranker import Reranker, checked_scores
+from fastcrag.retrieval.text import split_sentences
+
+REFINE_K = 6
+"""Chunks split into strips to place `crag_upper` (as `fastcrag calibrate` does)."""
+TOLERANCE = 0.1
+"""`crag_upper`: the lowest score above which refinement moves the best evidence for at most this share."""
+
+
+@dataclass
+class GraderFigures:
+    """One grader's (and one calibration's) figures on the held-out part."""
+
+    name: str
+    auc_gold_removed: float
+    auc_unanswerable: float | None
+    thresholds: dict[str, float | None] = field(default_factory=dict)
+    at_threshold: dict[str, float] = field(default_factory=dict)
+
+    def aucs(self) -> list[float]:
+        """The AUCs measured (answerable vs gold removed, and vs unanswerable when there are any)."""
+        return [a for a in (self.auc_gold_removed, self.auc_unanswerable) if a is not None and not np.isnan(a)]
+
+
+class ScoreCache:
+    """A grader's scores, each (question, text) pair scored once."""
+
+    def __init__(self, grader: Reranker) -> None:
+        """Score with `grader`."""
+        self.grader = grader
+        self._scores: dict[tuple[str, str], float] = {}
+
+    def scores(self, question: str, texts: Sequence[str]) -> list[float]:
+        """Scores of `texts` for `question`."""
+        todo = list(dict.fromkeys(t for t in texts if (question, t) not in self._scores))
+        if todo:
+            for t, s in zip(todo, checked_scores(self.grader, question, todo), strict=True):
+                self._scores[(question, t)] = s
+        return [self._scores[(question, t)] for t in texts]
+
+
+def observe(
+    cache: ScoreCache, items: Sequence[Labelled], top_k: int, strips: bool, progress: bool, desc: str
+) -> list[Observation]:
+    """Per held-out question, what grading sees: answerable and its gold-removed twin, or unanswerable.
+
+    With `strips`, the best sentence strip of the top `REFINE_K` chunks too (for `crag_upper`).
+    """
+    out: list[Observation] = []
+    for item in tqdm(items, desc=desc, unit="q", file=sys.stderr, disable=not progress):
+        q = item.question
+        views = (
+            [("answerable", item.answerable_view(top_k)), ("gold_removed", item.gold_removed_view(top_k))]
+            if q.answerable
+            else [("unanswerable", item.answerable_view(top_k))]
+        )
+        for kind, view in views:
+            if not view:
+                continue
+            scores = cache.scores(q.question, [c.text for c in view])
+            ranked = sorted(zip(scores, view, strict=True), key=lambda t: t[0], reverse=True)
+            top_chunk = ranked[0][1].chunk_id
+            strip_chunk = top_chunk
+            if strips:
+                pieces = [(s, c.chunk_id) for _, c in ranked[:REFINE_K] for s in split_sentences(c.text)]
+                if pieces:
+                    strip_scores = cache.scores(q.question, [s for s, _ in pieces])
+                    strip_chunk = pieces[int(np.argmax(strip_scores))][1]
+            out.append(Observation(kind, ranked[0][0], top_chunk, strip_chunk))
+    return out
+
+
+def _scores_of(obs: Sequence[Observation], kind: str) -> list[float]:
+    return [o.top_score for o in obs if o.kind == kind]
+
+
+def held_out_aucs(obs: Sequence[Observation]) -> tuple[float, float | None]:
+    """AUC answerable vs gold removed, and vs unanswerable (None when the held-out part has none)."""
+    unanswerable = _scores_of(obs, "unanswerable")
+    return (
+        auc(_scores_of(obs, "answerable"), _scores_of(obs, "gold_removed")),
+        auc(_scores_of(obs, "answerable"), unanswerable) if unanswerable else None,
+    )
+
+
+def at_threshold(obs: Sequence[Observation], lower: float, upper: float) -> dict[str, float]:
+    """Abstention precision and recall, answer rate and band mix on held-out observations at the thresholds."""
+    abstained = [o for o in obs if o.top_score < lower]
+    should = [o for o in obs if o.kind != "answerable"]
+    answerable = [o for o in obs if o.kind == "answerable"]
+    bands = [band_of(o.top_score, lower, upper) for o in obs]
+    return {
+        "abstention_precision": round(sum(o.kind != "answerable" for o in abstained) / max(1, len(abstained)), 4),
+        "abstention_recall": round(sum(o.top_score < lower for o in should) / max(1, len(should)), 4),
+        "answerable_answered": round(sum(o.top_score >= lower for o in answerable) / max(1, len(answerable)), 4),
+        "correct_share": round(bands.count("CORRECT") / max(1, len(bands)), 4),
+        "ambiguous_share": round(bands.count("AMBIGUOUS") / max(1, len(bands)), 4),
+        "incorrect_share": round(bands.count("INCORRECT") / max(1, len(bands)), 4),
+    }
+
+
+def calibrate_on(obs: Sequence[Observation], precision: float) -> tuple[float, float, str]:
+    """`reranker_threshold` at the abstention precision, and `crag_upper` by the rule `fastcrag calibrate` uses."""
+    threshold, objective = choose_threshold(list(obs), precision)
+    upper = choose_upper(list(obs), threshold, TOLERANCE, min_support=max(5, len(obs) // 20))
+    objective += (
+        f"; crag_upper: lowest score above which refinement moves the best evidence to another chunk for "
+        f"<= {TOLERANCE:.0%} of held-out questions"
+    )
+    return threshold, upper, objective
+
+
+def figures_of(name: str, obs: Sequence[Observation], thresholds: tuple[float, float] | None = None) -> GraderFigures:
+    """A grader's held-out AUCs and, with `thresholds`, what it does at them."""
+    gold, unans = held_out_aucs(obs)
+    fig = GraderFigures(name, round(gold, 4), None if unans is None else round(unans, 4))
+    if thresholds is not None:
+        fig.thresholds = {"reranker_threshold": round(thresholds[0], 6), "crag_upper": round(thresholds[1], 6)}
+        fig.at_threshold = at_threshold(obs, *thresholds)
+    return fig
+
+
+def figures_record(fig: GraderFigures) -> dict[str, Any]:
+    """The figures as calibration.json's metrics hold them."""
+    return {
+        "grader": fig.name,
+        "auc_answerable_vs_gold_removed": fig.auc_gold_removed,
+        "auc_answerable_vs_unanswerable": fig.auc_unanswerable,
+        **fig.thresholds,
+        **fig.at_threshold,
+    }
