@@ -106,8 +106,12 @@ def open_retriever(opts: FitOptions, settings: Settings) -> tuple[HybridRetrieve
 
 def fine_tune_grader(
     base_dir: Path, pairs: Sequence[tuple[str, str, float]], work: Path, opts: FitOptions
-) -> tuple[Path, str]:
-    """Fine-tune the base grader on `pairs` plus a replay of the packaged mix; the exported folder and its name."""
+) -> tuple[Path, str, dict[str, Any]]:
+    """Fine-tune the base grader on `pairs` plus a replay of the packaged mix.
+
+    Returns:
+        The exported folder, its name, and what training did (steps, pairs seen, seconds, replay, notes).
+    """
     from fastcrag.training.data import Pair  # training pulls torch: only a fit that trains loads it
     from fastcrag.training.finetune import fine_tune
 
@@ -122,7 +126,16 @@ def fine_tune_grader(
         data_root=opts.data_root,
         progress=opts.progress,
     )
-    return Path(result.export), str(result.name)
+    done = {
+        "steps": result.steps,
+        "pairs_seen": result.pairs_seen,
+        "seconds": round(result.seconds, 1),
+        "user_pairs": result.user_pairs,
+        "replay_pairs": result.replay,
+        "stopped_by_time_budget": result.stopped_by_time_budget,
+        "notes": list(result.notes),
+    }
+    return Path(result.export), str(result.name), done
 
 
 def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str], None] = print) -> FitResult:
@@ -204,6 +217,7 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
                 base.name, base_obs, (packaged.reranker_threshold, packaged.crag_upper)
             )
         kept, kept_obs, kept_name, grader_dir = base, base_obs, base.name, None
+        training: dict[str, Any] | None = None
         if opts.train:
             if base_spec == BI_ENCODER or not (Path(base_spec) / "model.onnx").is_file():
                 raise FitError(f"the grader {base.name!r} cannot be fine-tuned here; use --no-train")
@@ -212,7 +226,12 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
             if not pairs:
                 raise FitError("the fit part gave no training pairs (no evidence retrieved); use --no-train")
             log(f"fine-tuning {base.name} on {len(pairs)} pairs (+ replay) for up to {opts.minutes:g} minutes")
-            export, name = fine_tune_grader(Path(base_spec), pairs, work, opts)
+            export, name, training = fine_tune_grader(Path(base_spec), pairs, work, opts)
+            notes.append(
+                f"Fine-tuning: {training['steps']} steps, {training['pairs_seen']} pairs seen in "
+                f"{training['seconds']:.0f} s ({training['user_pairs']} fit pairs + {training['replay_pairs']} replay)"
+                + "".join(f"; {n}" for n in training["notes"])
+            )
             fitted = load_reranker(str(export))
             fitted_obs = observe(
                 ScoreCache(fitted), held, top_k, strips=True, progress=opts.progress, desc="held-out, fitted"
@@ -245,6 +264,7 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
                 "embedder": getattr(default_embeddings(), "name", ""),
                 "held_out": {k: figures_record(v) for k, v in figures.items()},
                 "fitted_grader_kept": kept is not base,
+                "fine_tune": training,
             },
         )
         write_json_atomic(tmp / "calibration.json", calibration.model_dump())
