@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -113,12 +114,45 @@ class ChatGenerator:
         return RewrittenQuery.model_validate(result).query
 
 
-class ExtractiveGenerator:
-    """No LLM: the answer is read from the passages, verbatim, with its citation.
+EXPLAIN_SENTENCES, EXPLAIN_WORDS = 3, 90
+"""An answer to a how / why / what-is question: at most this many sentences of the best passage, this many words."""
+_QUANTITY = re.compile(r"^how\s+(many|much|long|old|far|tall|big|large|high|often|fast|deep|wide|heavy)\b")
+_EXPLAIN = re.compile(
+    r"^(how|why|explain|describe)\b|^what\s+(is|are|does|do)\s+(an?\s+|the\s+)?\S+(\s+\S+)?\s*\??$"
+    r"|^what\s+(does|do)\b.*\b(mean|do|work)\s*\??$"
+)
+_REFERENCE = re.compile(
+    r"^(see( also)?|further reading|references|related (topics|links)|external links)\b",
+    re.IGNORECASE,
+)
 
-    With a grader that reads (a reader head), the answer is the best answer span, then the sentence it stands in;
-    when no span reaches `reader_threshold` the generator raises, and the graph abstains. With a grader that only
-    scores, the answer is the best-scoring sentence strip.
+
+def asks_for_explanation(question: str) -> bool:
+    """Whether a question asks how, why or what something is (answered by a few sentences), not for one fact."""
+    q = " ".join(question.casefold().split())
+    return not _QUANTITY.match(q) and bool(_EXPLAIN.match(q))
+
+
+def is_reference_line(sentence: str) -> bool:
+    """Whether a line points elsewhere instead of saying something.
+
+    A see-also or references line, a bare heading (a few words, no closing punctuation), or a list of links.
+    """
+    text = sentence.strip()
+    if _REFERENCE.match(text) or text.count("http") >= 2:
+        return True
+    words = text.split()
+    return len(words) <= 5 and not text.endswith((".", "!", "?", ":"))
+
+
+class ExtractiveGenerator:
+    """No LLM: the answer is read from the passages, verbatim, with its citations.
+
+    A question asking how, why or what something is gets the best few sentences of the best passage, in their
+    order (`EXPLAIN_SENTENCES`, `EXPLAIN_WORDS`). A factoid question gets, with a grader that reads (a reader head),
+    the best answer span and the sentence it stands in (when no span reaches `reader_threshold` the generator
+    raises, and the graph abstains); with a grader that only scores, the best-scoring sentence. Reference and
+    navigation lines (see-also lines, bare headings, lists of links) never stand as the answer.
     """
 
     name = "extractive"
@@ -143,22 +177,48 @@ class ExtractiveGenerator:
         """
         if not passages:
             raise ValueError("no passage text to extract from")
+        explain = asks_for_explanation(question)
         if is_reader(self.reranker):
-            return self._read(question, passages, self.reader_threshold if abstain else 0.0)
-        strips: list[tuple[float, str, int]] = []
-        to_score: list[tuple[str, int]] = []
-        for i, p in enumerate(passages):
-            if p.get("strip"):
-                strips.append((float(p["score"]), str(p["text"]), i))
-            else:
-                to_score.extend((s, i) for s in split_sentences(str(p["text"])))
-        if to_score:
-            scores = checked_scores(self.reranker, question, [s for s, _ in to_score])
-            strips.extend((score, s, i) for score, (s, i) in zip(scores, to_score, strict=True))
+            read = self._read(question, passages, self.reader_threshold if abstain else 0.0)  # raises below it
+            if not explain:
+                return read
+        strips = self._sentences(question, passages)
         if not strips:
             raise ValueError("no passage text to extract from")
-        _, text, index = max(strips, key=lambda t: t[0])
-        return Answer(text, [index])
+        best = max(strips, key=lambda t: t[0])
+        if not explain:
+            return Answer(best[1], [best[2]])
+        # the best passage's best sentences, in the order the passage gives them
+        own = [t for t in strips if t[2] == best[2]]
+        chosen: list[tuple[float, str, int, int]] = []
+        words = 0
+        for t in sorted(own, key=lambda t: t[0], reverse=True)[:EXPLAIN_SENTENCES]:
+            n = len(t[1].split())
+            if chosen and words + n > EXPLAIN_WORDS:
+                break
+            chosen.append(t)
+            words += n
+        text = " ".join(t[1] for t in sorted(chosen, key=lambda t: t[3]))
+        return Answer(text, [best[2]])
+
+    def _sentences(self, question: str, passages: Sequence[Mapping[str, Any]]) -> list[tuple[float, str, int, int]]:
+        """(score, sentence, passage index, position) of every sentence that says something.
+
+        Refined strips keep the scores refinement gave them; other passages are split and scored here.
+        """
+        strips: list[tuple[float, str, int, int]] = []
+        to_score: list[tuple[str, int, int]] = []
+        for i, p in enumerate(passages):
+            if p.get("strip"):
+                if not is_reference_line(str(p["text"])):
+                    strips.append((float(p["score"]), str(p["text"]), i, 0))
+            else:
+                sentences = [s for s in split_sentences(str(p["text"])) if not is_reference_line(s)]
+                to_score.extend((s, i, k) for k, s in enumerate(sentences))
+        if to_score:
+            scores = checked_scores(self.reranker, question, [s for s, _, _ in to_score])
+            strips.extend((score, s, i, k) for score, (s, i, k) in zip(scores, to_score, strict=True))
+        return strips
 
     def _read(self, question: str, passages: Sequence[Mapping[str, Any]], threshold: float) -> Answer:
         texts = [str(p["text"]) for p in passages]
