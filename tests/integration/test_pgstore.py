@@ -322,10 +322,10 @@ def test_first_build_defers_the_hnsw_index_and_a_killed_one_is_repaired(db: str)
 
 
 def test_components_pick_the_postgres_store_from_settings(db: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    import fastcrag.retrieval.embeddings as embeddings
+    from fastcrag import components
     from fastcrag.components import Components
 
-    monkeypatch.setattr(embeddings, "default_embeddings", HashEmbeddings)
+    monkeypatch.setattr(components, "default_embeddings", HashEmbeddings)
     _build(db, DOCS, "docs")
     retriever = Components(settings=Settings(store=db, collection="docs", retrieval="hybrid")).retriever()
     assert isinstance(retriever, HybridRetriever) and isinstance(retriever.store, PgStore)
