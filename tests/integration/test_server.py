@@ -60,6 +60,8 @@ CRAG_KEYS = {
     "verdicts",
     "timings",
     "failure",
+    "question",
+    "conversation",
     "reranker",
     "thresholds",
 }

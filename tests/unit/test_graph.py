@@ -401,3 +401,36 @@ def test_subgraph_of_a_messages_state_parent() -> None:
 def test_question_input_returns_no_messages() -> None:
     graph, *_ = make({"Eiffel": 0.9})
     assert not graph.invoke({"question": "Where is the Eiffel Tower?"}).get("messages")
+
+
+def test_a_follow_up_is_made_standalone_by_the_chat_model() -> None:
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    revolution = doc("The French Revolution ended in 1799 with the coup of 18 Brumaire.", "fr")
+    retriever = ListRetriever(docs=[doc(BAD, "b1")], by_query={"French Revolution": [revolution]})
+    chat = FakeChat(rewrite={"question": "When did the French Revolution end?"})
+    graph, _, chat, retriever = make({"1799": 0.9}, chat=chat, retriever=retriever)
+    history = [
+        HumanMessage("When did the French Revolution start?"),
+        AIMessage("It started in 1789."),
+        HumanMessage("and when did it end?"),
+    ]
+    out = graph.invoke({"messages": history})
+    assert retriever.queries == ["When did the French Revolution end?"]
+    assert out["crag"]["action"] == "generate" and [c["chunk_id"] for c in out["citations"]] == ["fr"]
+    assert out["crag"]["question"] == "When did the French Revolution end?"
+    assert out["crag"]["conversation"] == "standalone question by the chat model"
+    assert "It started in 1789." in chat.prompts[0] and out["messages"][-1].type == "ai"
+
+
+def test_a_follow_up_without_a_chat_model_is_asked_as_it_is() -> None:
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    graph, *_ = make({"Eiffel": 0.9}, chat=FakeChat(rewrite=RuntimeError("model down")))
+    out = graph.invoke(
+        {"messages": [HumanMessage("Where is the Eiffel Tower?"), AIMessage("Paris."), HumanMessage("how tall?")]}
+    )
+    assert out["crag"]["question"] == "how tall?"
+    assert out["crag"]["conversation"].startswith("last message as it is (the chat model failed: RuntimeError")
+    single = graph.invoke({"messages": [HumanMessage("Where is the Eiffel Tower?")]})
+    assert single["crag"]["conversation"] is None and single["crag"]["question"] == "Where is the Eiffel Tower?"

@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from fastcrag.fileio import write_text_atomic
 from fastcrag.fitting.questions import FitQuestion
-from fastcrag.generation.generators import with_timeout
+from fastcrag.generation.generators import structured_call
 from fastcrag.retrieval.text import normalise
 
 MAX_CHUNK_CHARS = 1500
@@ -129,19 +129,6 @@ def _cap(text: str, limit: int) -> str:
     return cut[:space] if space > limit // 2 else cut
 
 
-def _structured(llm: BaseChatModel, schema: type[BaseModel], messages: list[BaseMessage], timeout: float | None) -> Any:
-    """One structured call, validated against `schema` whatever the model returns (a dict, raw output or a model)."""
-    runnable = llm.with_structured_output(schema)
-    result = runnable.invoke(messages) if timeout is None else with_timeout(lambda: runnable.invoke(messages), timeout)
-    if isinstance(result, dict) and "parsed" in result:
-        if result.get("parsing_error") is not None:
-            raise ValueError(f"structured output did not parse: {result['parsing_error']}")
-        result = result["parsed"]
-    if isinstance(result, BaseModel):
-        result = result.model_dump()
-    return schema.model_validate(result)
-
-
 def pick_chunks(chunks: Sequence[tuple[str, str]], n: int, seed: int = 13) -> list[tuple[str, str]]:
     """`n` chunks spread across sources: round-robin over the sources in a seeded order.
 
@@ -216,7 +203,7 @@ def generate_questions(
         text = _cap(chunk, MAX_CHUNK_CHARS)
         stats.asked += 1
         try:
-            out = _structured(llm, GeneratedQuestions, _generation_messages(text), timeout)
+            out = structured_call(llm, GeneratedQuestions, _generation_messages(text), timeout)
         except Exception:  # a chat model fails in many ways (network, timeout, schema): each is one skipped chunk
             stats.failed += 1
             continue
@@ -266,7 +253,7 @@ def judge(
             HumanMessage(f"<passage>\n{text}\n</passage>\n\nQuestion: {' '.join(question.split())}"),
         ]
         try:
-            verdicts.append(bool(_structured(llm, PassageVerdict, messages, timeout).answers))
+            verdicts.append(bool(structured_call(llm, PassageVerdict, messages, timeout).answers))
         except Exception:  # counted by the caller as no verdict
             verdicts.append(None)
     return verdicts

@@ -84,6 +84,7 @@ class State(InputState, OutputState, total=False):
     context: list[Passage]
     strips_kept: int | None
     action: Action | None  # the path's action, recorded by the node that took it (grade, refine, rewrite)
+    conversation: str | None  # chat input with earlier turns: how the question was made standalone (or why not)
     failure: str | None
     timings: Annotated[dict[str, float], add_timings]
 
@@ -101,6 +102,7 @@ def fresh_question() -> State:
         "verdicts": [],
         "context": [],
         "action": None,
+        "conversation": None,
         "timings": {FRESH: 0.0},
     }
 
@@ -111,6 +113,16 @@ def question_of(state: State) -> str:
     if messages and messages[-1].type == "human":
         return str(messages[-1].text if hasattr(messages[-1], "text") else messages[-1].content)
     return str(state.get("question") or "")
+
+
+def earlier_turns(state: State) -> list[tuple[str, str]]:
+    """The (role, text) turns of a chat before its last human message (none for a plain `question`)."""
+    messages = state.get("messages") or []
+    if len(messages) < 2 or messages[-1].type != "human":
+        return []
+    return [
+        (m.type, str(m.text if hasattr(m, "text") else m.content)) for m in messages[:-1] if m.type in ("human", "ai")
+    ]
 
 
 def reply(state: State, answer: str) -> dict[str, Any]:
@@ -131,5 +143,7 @@ def trace(state: State, action: Action, timings: dict[str, float], extra: dict[s
         "verdicts": state.get("verdicts") or [],
         "timings": {stage: round(timings.get(stage, 0.0), 3) for stage in STAGES},
         "failure": state.get("failure"),
+        "question": state.get("question"),
+        "conversation": state.get("conversation"),
         **extra,
     }

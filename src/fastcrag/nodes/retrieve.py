@@ -7,7 +7,7 @@ from typing import Any
 
 from fastcrag.components import Components
 from fastcrag.grading.reranker import checked_scores
-from fastcrag.graph.state import Candidate, State, fresh_question, question_of
+from fastcrag.graph.state import Candidate, State, earlier_turns, fresh_question, question_of
 from fastcrag.nodes import Node
 from fastcrag.nodes.stage import Run, stage
 from fastcrag.retrieval.hybrid import HybridRetriever, Mode, chunk_key
@@ -26,11 +26,35 @@ def start(state: State) -> State:
     return first if state.get("retry") else first | fresh_question()
 
 
+def standalone(state: State, run: Run, question: str) -> tuple[str, str | None]:
+    """The question, made standalone from the conversation before it by the chat model, and how (None: no chat).
+
+    One structured call; whatever fails, the last message is used as it is, and the trace says why.
+    """
+    history = earlier_turns(state)
+    if not history or not question:
+        return question, None
+    try:
+        made = clean_text(run.parts.generator().standalone(history, question)).strip()
+    except NotImplementedError:
+        return question, "last message as it is (no chat model to read the conversation)"
+    except Exception as exc:  # never fatal: the question as asked is still a question
+        return question, f"last message as it is (the chat model failed: {type(exc).__name__}: {exc})"
+    if not made or len(made) > run.cfg.max_question_chars:
+        return question, "last message as it is (the chat model gave no usable question)"
+    return made, "standalone question by the chat model"
+
+
 def retrieve(state: State, run: Run) -> dict[str, Any]:
     """Retrieve and rerank; failures and unusable questions become a traced `failure`."""
     retry = bool(state.get("retry"))
     question = clean_text(question_of(state)).strip()
-    update: dict[str, Any] = {"question": question}
+    update: dict[str, Any] = {}
+    if not retry:
+        question, update["conversation"] = standalone(state, run, question)
+    else:
+        question = str(state.get("question") or question)
+    update["question"] = question
     limit = run.cfg.max_question_chars
     if not question:
         return update | {"failure": "the question is empty"}
