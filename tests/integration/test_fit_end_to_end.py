@@ -102,6 +102,7 @@ def test_fit_fine_tunes_within_its_budget(tmp_path: Path, corpus: Path, capsys: 
         assert (out / "grader" / "model.onnx").is_file() and f"FASTRAG_RERANKER={out / 'grader'}" in printed
     else:
         assert not (out / "grader").exists() and "the base grader is kept" in report
+        assert (out / "rejected-grader" / "model.onnx").is_file()
 
 
 def test_fit_on_a_postgres_collection_installs_in_its_record(

@@ -244,9 +244,10 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
                 grader_dir = tmp / "grader"
                 shutil.copytree(export, grader_dir)
             else:
+                shutil.copytree(export, tmp / "rejected-grader")
                 notes.append(
                     f"The fitted grader did not beat the base on the held-out part (AUCs {_fmt(after)} vs "
-                    f"{_fmt(before)}); the base grader is kept."
+                    f"{_fmt(before)}); the base grader is kept (the fitted one is in rejected-grader/, to inspect)."
                 )
         threshold, upper, objective = chosen
         calibration = Calibration(
