@@ -14,16 +14,16 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 #: The offline chat model (SmolLM2-135M-Instruct, GGUF, through llama-cpp-python).
 SMOLLM2_LLM = "llamacpp:SmolLM2-135M-Instruct"
-#: The default generator: the one with the higher truthfulness in `fastcrag eval abstention` (README, Results):
+#: The default generator: the one with the higher truthfulness in `fastcrag eval abstention` (docs/RESULTS.md):
 #: extractive -0.175 vs SmolLM2-135M -0.408 on the same 120 questions.
 DEFAULT_LLM = "extractive"
-#: The default first pass: the one with the higher nDCG@10 in `fastcrag eval retrieval` (README, Results).
+#: The default first pass: the one with the higher nDCG@10 in `fastcrag eval retrieval` (docs/RESULTS.md).
 RetrievalMode = Literal["hybrid", "dense", "lexical"]
 DEFAULT_RETRIEVAL: RetrievalMode = "hybrid"
 #: pgvector HNSW: graph degree and build breadth (pgvector's own defaults), the most `maintenance_work_mem` an index
 #: build takes (past it the build goes to disk), and the search breadth `FASTRAG_EF_SEARCH` defaults to.
 #: `fastcrag bench-store` at 100k MiniLM-shaped vectors measured recall@10 0.87 at ef_search 40 (pgvector's
-#: default), 0.95 at 100 and 0.98 at 200; at 1M, 0.84 at 100 and 0.95 at 400 (README, docs/DEPLOY.md).
+#: default), 0.95 at 100 and 0.98 at 200; at 1M, 0.84 at 100 and 0.95 at 400 (docs/RESULTS.md, docs/DEPLOY.md).
 HNSW_M, HNSW_EF_CONSTRUCTION, HNSW_BUILD_MEMORY_MB, DEFAULT_EF_SEARCH = 16, 64, 2048, 100
 
 # The per-run knobs' types and bounds, declared once: `Settings` (the environment), `Context` (a run's overrides)
