@@ -108,20 +108,25 @@ class Components:
         Raises:
             CalibrationError: the installed fit is incomplete, or was made with another embedder.
         """
+        return self._once("fit", self._load_fit)  # type: ignore[no-any-return]
+
+    def _load_fit(self) -> IndexFit | None:
         s = self.settings
         if self._retriever is not None:
             return None
         if is_postgres_url(s.store):
+            where = f"collection {s.collection!r}"
             store = getattr(self.retriever(), "store", None)
             record = store.fit() if store is not None and hasattr(store, "fit") else None
             cache = Path(user_cache_dir("fastcrag")) / "fits"
             fit = materialise_fit(record[0], record[1], record[2], cache) if record else None
         else:
+            where = str(s.index_dir)
             fit = index_fit(s.index_dir) if s.index_dir is not None else None
         embedder = getattr(default_embeddings(), "name", "")
         if fit is not None and fit.embedder and fit.embedder != embedder:
             raise CalibrationError(
-                f"the fit installed in {s.index_dir} was made with embedder {fit.embedder!r}, not {embedder!r}; "
+                f"the fit installed in {where} was made with embedder {fit.embedder!r}, not {embedder!r}; "
                 "set FASTRAG_EMBEDDER to it, or run `fastcrag fit --install` again"
             )
         return fit
