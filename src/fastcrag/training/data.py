@@ -726,6 +726,21 @@ def squad11_articles(data_root: Path) -> list[Article]:
     return load_squad(data_root / "train" / "squad11-train" / "train-v1.1.from_explorer.json.gz")
 
 
+def scifact_train_pairs(data_root: Path, cfg: PoolConfig, rng: random.Random) -> list[Pair]:
+    """SciFact *train* claims with their relevant abstracts and hard negatives (none when the data is absent)."""
+    if not (data_root / "scifact" / "qrels" / "train.tsv").exists():
+        return []
+    return beir_pairs(
+        data_root / "scifact",
+        "train",
+        rng,
+        positive_repeat=cfg.scifact_positive_repeat,
+        hard_negatives=cfg.scifact_hard_negatives,
+        max_words=cfg.max_words,
+        source="scifact",
+    )
+
+
 def build_pool(
     data_root: Path | None,
     cfg: PoolConfig,
@@ -764,16 +779,8 @@ def build_pool(
         pairs += medquad_pairs(train / "medquad" / "medquad.tar.gz", cfg.medquad_questions, rng, cfg.max_words)
         pairs += covidqa_pairs(train / "covidqa" / "200423_covidQA.json", cfg.covidqa_questions, rng)
         pairs += pubmedqa_pairs(train / "pubmedqa" / "ori_pqal.json", cfg.pubmedqa_questions, rng, cfg.max_words)
-        if include_scifact_train and (data_root / "scifact" / "qrels" / "train.tsv").exists():
-            pairs += beir_pairs(
-                data_root / "scifact",
-                "train",
-                rng,
-                positive_repeat=cfg.scifact_positive_repeat,
-                hard_negatives=cfg.scifact_hard_negatives,
-                max_words=cfg.max_words,
-                source="scifact",
-            )
+        if include_scifact_train:
+            pairs += scifact_train_pairs(data_root, cfg, rng)
     for path in user_data:
         pairs += user_pairs(Path(path), cfg, rng)
     return split_pool(pairs, cfg.dev_percent, rng, force_train=force_train)

@@ -20,9 +20,9 @@ from fastcrag.training.data import (
     PERMISSIVE_FOLDERS,
     Pair,
     PoolConfig,
-    beir_pairs,
     build_pool,
     read_pairs,
+    scifact_train_pairs,
     split_pool,
     write_pairs,
 )
@@ -120,17 +120,8 @@ def replay_sample(
     rng = random.Random(seed)
     # build_pool takes every SQuAD 2.0 unanswerable whatever the size: keep the same share of them as of the rest
     train = [p for p in train if not p.source.endswith(":unanswerable") or rng.random() < share]
-    scifact = data_root / "scifact"
-    if (scifact / "qrels" / "train.tsv").is_file():
-        claims = beir_pairs(
-            scifact,
-            "train",
-            rng,
-            positive_repeat=cfg.scifact_positive_repeat,
-            hard_negatives=cfg.scifact_hard_negatives,
-            max_words=cfg.max_words,
-            source="scifact",
-        )
+    claims = scifact_train_pairs(data_root, cfg, rng)
+    if claims:
         groups = sorted({p.group for p in claims})
         kept = set(rng.sample(groups, math.ceil(len(groups) * share)))
         sci_train, _ = split_pool([p for p in claims if p.group in kept], dev_percent, rng)
