@@ -157,6 +157,15 @@ def _weights(base_grader: Path, out: Path, log: Any) -> tuple[Path, dict[str, An
     raise FileNotFoundError(f"{base_grader}: neither an ONNX grader (model.onnx) nor a Hugging Face folder")
 
 
+def _weights_sha1(folder: Path) -> str:
+    """SHA-1 over a saved network's weight files, in name order."""
+    digest = hashlib.sha1()
+    for path in sorted(folder.iterdir()):
+        if path.suffix in (".safetensors", ".bin", ".pt"):
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
 def _base_name(base_grader: Path, meta: dict[str, Any]) -> str:
     """The name the fitted grader is derived from: the grader's own, or the source of rebuilt weights."""
     src = meta.get("source_grader")
@@ -203,7 +212,7 @@ def fine_tune(
     without AVX-512. A grader-reader keeps its reader head: the replay trains both heads as `train` does, the
     user's pairs the relevance head only (and the span head too for a positive that carries its `answer`). The
     result is exported as int8 ONNX (`export_grader`) into `out/export`, named `<base name>-fit-<hash>` where the
-    hash covers the pairs and the settings.
+    hash is of the trained weights (a clock-budgeted run can train another model from the same pairs).
 
     Args:
         base_grader: The grader to start from.
@@ -352,16 +361,18 @@ def fine_tune(
         notes.append(f"resumed from step {run.resumed_at} of {run.total_steps}")
 
     # --- export as the packaged grader is exported
-    name = f"{base_name}-fit-{fingerprint[:8]}"
+    t0 = time.perf_counter()
+    final = out / "final"
+    model.eval()
+    save_network(model.cpu(), tokenizer, final, read_fusion(weights) if reader else None)
+    if (weights / "tokenizer.json").is_file():
+        shutil.copyfile(weights / "tokenizer.json", final / "tokenizer.json")  # the base grader's own file
+    # named by its weights: a clock-budgeted run trains as far as the machine lets it, so the same pairs and
+    # settings can give another model, and a calibration must never apply to a model it was not made for
+    name = f"{base_name}-fit-{_weights_sha1(final)[:8]}"
     export = out / "export"
     done = read_model_meta(export) if (export / "model.onnx").is_file() else {}
-    t0 = time.perf_counter()
-    if done.get("name") != name or done.get("fit", {}).get("steps") != run.steps:
-        final = out / "final"
-        model.eval()
-        save_network(model.cpu(), tokenizer, final, read_fusion(weights) if reader else None)
-        if (weights / "tokenizer.json").is_file():
-            shutil.copyfile(weights / "tokenizer.json", final / "tokenizer.json")  # the base grader's own file
+    if done.get("name") != name:
         staged = out / ".export.tmp"
         shutil.rmtree(staged, ignore_errors=True)
         fit_meta = {
