@@ -195,3 +195,11 @@ def test_a_lease_expires_and_only_its_holder_releases_it(tmp_path: Path) -> None
             assert await threads.claim("t", "r3", 10)
 
     asyncio.run(scenario())
+
+
+def test_assistant_search_filters_and_refuses_bad_metadata(client: TestClient) -> None:
+    assert [a["graph_id"] for a in client.post("/assistants/search", json={}).json()] == ["crag"]
+    assert client.post("/assistants/search", json={"graph_id": "other", "metadata": {"k": "v"}}).json() == []
+    assert client.post("/assistants/search", json={"metadata": {"no-such-key": 1}}).json() == []
+    bad = client.post("/assistants/search", json={"metadata": ["not", "an", "object"]})
+    assert bad.status_code == 422 and "metadata" in bad.json()["detail"]

@@ -55,12 +55,16 @@ async def search_assistants(request: Request) -> Response:
     """`POST /assistants/search`: the one assistant when it matches the filters."""
     service = service_of(request)
     body = await read_json(request, service.limits.max_body_bytes)
-    found = [_assistant(service)]
     graph_id, name, metadata = body.get("graph_id"), body.get("name"), body.get("metadata") or {}
-    if graph_id not in (None, GRAPH_ID) or (name is not None and str(name) not in GRAPH_ID):
-        found = []
-    if not isinstance(metadata, dict) or any(found[0]["metadata"].get(k) != v for k, v in metadata.items()):
-        found = []
+    if not isinstance(metadata, dict):
+        raise HTTPException(422, "metadata must be a JSON object")
+    found = [
+        a
+        for a in [_assistant(service)]
+        if graph_id in (None, GRAPH_ID)
+        and (name is None or str(name) in GRAPH_ID)
+        and all(a["metadata"].get(k) == v for k, v in metadata.items())
+    ]
     offset, limit = _int(body.get("offset"), 0), _int(body.get("limit"), 10)
     return OrjsonResponse(found[offset : offset + limit])
 
