@@ -25,7 +25,7 @@ from fastcrag.evaluation.abstention import (
     write_report,
 )
 from fastcrag.evaluation.bench import judge_cost, latency_table, retrieval_total, stage_values
-from fastcrag.evaluation.common import CachingReranker, calibration_sample, question_id, select_questions
+from fastcrag.evaluation.common import calibration_sample, question_id, select_questions
 from fastcrag.evaluation.retrieval import doc_id, evaluate, rank_documents
 from fastcrag.evaluation.runlog import ConfigMismatchError, ResultLog, config_hash
 from fastcrag.evaluation.scoring import (
@@ -38,6 +38,7 @@ from fastcrag.evaluation.scoring import (
     truthfulness,
 )
 from fastcrag.fileio import write_text_atomic
+from fastcrag.grading.reranker import CachingReranker
 
 # ---------------------------------------------------------------------------------------------- scoring
 

@@ -66,7 +66,7 @@ def labelled_rows() -> list[dict[str, Any]]:
 
 @pytest.fixture
 def index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setattr(fitmod, "default_embeddings", HashEmbeddings)
+    monkeypatch.setattr(components, "default_embeddings", HashEmbeddings)
     store = FaissStore(HashEmbeddings())
     texts = [facts(i) for i in range(len(TOWNS))]
     store.add_texts(texts, [{"source": f"doc{i}.txt", "title": TOWNS[i]} for i in range(len(TOWNS))])
@@ -181,7 +181,6 @@ def test_install_puts_the_fit_beside_the_index_and_components_use_it(
     assert (index / "fit" / "calibration.json").is_file() and (index / "fit" / "fit.json").is_file()
     assert any("Installed" in n for n in result.notes)
 
-    monkeypatch.setattr(components, "default_embeddings", HashEmbeddings)
     parts = Components(Settings(index_dir=index))
     fitted = parts.index_fit()
     assert fitted is not None and fitted.calibration == index / "fit" / "calibration.json" and fitted.grader is None

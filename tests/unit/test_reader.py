@@ -115,7 +115,7 @@ def test_encoded_pool_is_reused_verbatim(tmp_path: Path) -> None:
 
 
 def test_caching_wrapper_keeps_the_reader() -> None:
-    from fastcrag.evaluation.common import CachingReranker
+    from fastcrag.grading.reranker import CachingReranker
 
     wrapped = CachingReranker(ScriptedReader({"Rollo": 0.8}))
     assert is_reader(wrapped)

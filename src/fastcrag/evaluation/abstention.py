@@ -14,7 +14,6 @@ from fastcrag.config.settings import SMOLLM2_LLM, Context, Settings
 from fastcrag.datasets import distractor_documents, read_squad
 from fastcrag.evaluation import report as rp
 from fastcrag.evaluation.common import (
-    CachingReranker,
     machine_note,
     progress,
     question_id,
@@ -32,6 +31,7 @@ from fastcrag.evaluation.scoring import (
     precision_coverage,
     summarize,
 )
+from fastcrag.grading.reranker import CachingReranker
 from fastcrag.graph.builder import build_graph
 
 VERSION = 4  # 3: hybrid first pass and the keyword rewrite; 4: gold_score, distractors

@@ -7,14 +7,13 @@ import os
 import platform
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
-from fastcrag.cache import LRUCache
 from fastcrag.components import Components
 from fastcrag.config.calibration import Calibration, load_calibration
 from fastcrag.config.settings import Settings
@@ -26,7 +25,6 @@ from fastcrag.datasets import (
 from fastcrag.evaluation.runlog import config_hash
 from fastcrag.fitting.calibrate import build_corpus_store
 from fastcrag.generation.generators import ChatGenerator
-from fastcrag.grading.reader import Span, is_reader
 from fastcrag.grading.reranker import Reranker, default_reranker_spec, load_reranker
 from fastcrag.retrieval.embeddings import default_embeddings
 from fastcrag.retrieval.store import FORMAT_VERSION, FaissStore, IndexLoadError
@@ -168,37 +166,6 @@ def cached_corpus_store(
     if folder is not None:
         store.save(folder, {"source": str(corpus)})
     return store, False
-
-
-class CachingReranker:
-    """Wraps a grader and memoises its scores, so that variants of one question share the scoring work.
-
-    Only for quality runs: a latency benchmark must use the plain grader.
-    """
-
-    def __init__(self, inner: Reranker, max_items: int = 200_000) -> None:
-        """Wrap `inner`; its `name` is kept, so the calibration check still applies."""
-        self.inner = inner
-        self.name = inner.name
-        self.has_reader = is_reader(inner)
-        self.max_items = max_items
-        self._cache: LRUCache[tuple[str, str], float] = LRUCache(max_items)
-
-    def score(self, query: str, texts: Sequence[str]) -> list[float]:
-        """Scores for (query, text) pairs, computing only those not seen before."""
-        known = {t: s for (_, t), s in self._cache.get_many((query, t) for t in texts).items()}
-        missing = list(dict.fromkeys(t for t in texts if t not in known))
-        if missing:
-            fresh = [float(s) for s in self.inner.score(query, missing)]
-            if len(fresh) != len(missing):
-                return fresh  # let the caller's validation report the broken grader
-            known.update(zip(missing, fresh, strict=True))
-            self._cache.put_many(((query, t), s) for t, s in zip(missing, fresh, strict=True))
-        return [known[t] for t in texts]
-
-    def read(self, query: str, texts: Sequence[str]) -> list[Span | None]:
-        """The inner grader's answer spans (a reader keeps the spans of the passes it has scored)."""
-        return self.inner.read(query, texts) if self.has_reader else [None for _ in texts]  # type: ignore[attr-defined]
 
 
 def machine_note() -> str:

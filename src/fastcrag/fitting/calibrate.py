@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from tqdm import tqdm
 from fastcrag.config.calibration import Calibration
 from fastcrag.datasets import LabelledQuestion, question_pools, sample
 from fastcrag.fileio import write_json_atomic
+from fastcrag.grading.bands import band_of
 from fastcrag.grading.reader import is_reader
 from fastcrag.grading.reranker import Reranker, checked_scores
 from fastcrag.retrieval.embeddings import default_embeddings
@@ -46,6 +48,30 @@ def build_corpus_store(docs: list[Any], chunk_tokens: int, chunk_overlap: int) -
     return store
 
 
+def best_strip_chunk(reranker: Reranker, question: str, ranked: Sequence[tuple[str, str]]) -> str | None:
+    """The chunk holding the best-scoring sentence strip of `ranked` ((chunk id, text) pairs), as refine would see it.
+
+    None when the chunks hold no sentence.
+    """
+    strips = [(s, chunk_id) for chunk_id, text in ranked for s in split_sentences(text)]
+    if not strips:
+        return None
+    scores = checked_scores(reranker, question, [s for s, _ in strips])
+    return strips[int(np.argmax(scores))][1]
+
+
+def abstention_rates(obs: Sequence[Observation], threshold: float, undefined: float = 0.0) -> tuple[float, float]:
+    """Abstention precision and recall below `threshold` (an abstention is right when the question is not answerable).
+
+    `undefined` stands where a rate has nothing to count (no abstention, or no question to decline).
+    """
+    abstained = [o for o in obs if o.top_score < threshold]
+    should = [o for o in obs if o.kind != "answerable"]
+    precision = sum(o.kind != "answerable" for o in abstained) / len(abstained) if abstained else undefined
+    recall = sum(o.top_score < threshold for o in should) / len(should) if should else undefined
+    return precision, recall
+
+
 def observe(
     store: FaissStore,
     reranker: Reranker,
@@ -60,9 +86,9 @@ def observe(
         docs = store.similarity_search(q.question, k=top_k)
         scores = checked_scores(reranker, q.question, [d.page_content for d in docs])
         ranked = sorted(zip(scores, docs, strict=True), key=lambda t: t[0], reverse=True)
-        strips = [(s, d.metadata["chunk_id"]) for _, d in ranked[:refine_k] for s in split_sentences(d.page_content)]
-        strip_scores = checked_scores(reranker, q.question, [s for s, _ in strips])
-        best = int(np.argmax(strip_scores)) if strip_scores else 0
+        strip_chunk = best_strip_chunk(
+            reranker, q.question, [(d.metadata["chunk_id"], d.page_content) for _, d in ranked[:refine_k]]
+        )
         top_chunk = ranked[0][1].metadata["chunk_id"] if ranked else ""
         span_score = None
         if is_reader(reranker) and ranked:
@@ -73,7 +99,7 @@ def observe(
                 q.kind,
                 ranked[0][0] if ranked else 0.0,
                 top_chunk,
-                strips[best][1] if strips else top_chunk,
+                strip_chunk or top_chunk,
                 span_score,
             )
         )
@@ -171,17 +197,16 @@ def calibrate(
         )
         objective += f"; {reader_objective} (questions that pass grading, top 3 chunks read)"
     by_kind = {k: [o.top_score for o in obs if o.kind == k] for k in pool}
-    abstained = [o for o in obs if o.top_score < threshold]
-    should = [o for o in obs if o.kind != "answerable"]
+    precision, recall = abstention_rates(obs, threshold)
     bands = {"CORRECT": 0, "AMBIGUOUS": 0, "INCORRECT": 0}
     for o in obs:
-        bands["CORRECT" if o.top_score >= upper else "AMBIGUOUS" if o.top_score >= threshold else "INCORRECT"] += 1
+        bands[band_of(o.top_score, threshold, upper)] += 1
     metrics = {
         "questions": {k: len(v) for k, v in by_kind.items()},
         "auc_answerable_vs_off_corpus": round(auc(by_kind["answerable"], by_kind["off_corpus"]), 4),
         "auc_answerable_vs_unanswerable": round(auc(by_kind["answerable"], by_kind["unanswerable"]), 4),
-        "abstention_precision": round(sum(o.kind != "answerable" for o in abstained) / max(1, len(abstained)), 4),
-        "abstention_recall": round(sum(o.top_score < threshold for o in should) / max(1, len(should)), 4),
+        "abstention_precision": round(precision, 4),
+        "abstention_recall": round(recall, 4),
         "band_mix": bands,
         "median_top_score": {k: round(float(np.median(v)), 4) for k, v in by_kind.items() if v},
     }

@@ -17,12 +17,13 @@ from typing import Any
 
 import numpy as np
 
+from fastcrag.components import Components
 from fastcrag.config.calibration import FIT_DIR, Calibration, load_calibration
 from fastcrag.config.settings import Settings, is_postgres_url
 from fastcrag.fileio import write_json_atomic
 from fastcrag.fitting.generate import generate_questions, judge, write_questions_jsonl
 from fastcrag.fitting.labels import first_pass, training_pairs
-from fastcrag.fitting.measure import GraderFigures, ScoreCache, calibrate_on, figures_of, figures_record, observe
+from fastcrag.fitting.measure import GraderFigures, calibrate_on, figures_of, figures_record, observe
 from fastcrag.fitting.questions import (
     MIN_HELD_OUT,
     FitError,
@@ -31,10 +32,9 @@ from fastcrag.fitting.questions import (
     split_held_out,
 )
 from fastcrag.generation.chat import load_chat_model
-from fastcrag.grading.reranker import BI_ENCODER, default_reranker_spec, load_reranker
-from fastcrag.retrieval.embeddings import default_embeddings
+from fastcrag.grading.reranker import BI_ENCODER, CachingReranker, default_reranker_spec, load_reranker
 from fastcrag.retrieval.hybrid import HybridRetriever
-from fastcrag.retrieval.store import FaissStore, IndexLoadError
+from fastcrag.retrieval.store import IndexLoadError
 
 KEEP_MARGIN = 0.005
 """A fitted grader is kept when its held-out AUCs average higher than the base's and none is lower by more."""
@@ -76,32 +76,27 @@ class FitResult:
     notes: list[str]
 
 
-# ----------------------------------------------------------------------------------------------- evidence
 def open_retriever(opts: FitOptions, settings: Settings) -> tuple[HybridRetriever, Any]:
-    """The first pass `fastcrag ask` runs over the same index, and the store under it.
+    """The first pass `fastcrag ask` runs over the same index (the same `Components`), and the store under it.
 
     Raises:
         FitError: no index or store was named, the index is not there, or it cannot be opened.
     """
     if bool(opts.index) == bool(opts.store):
         raise FitError("give exactly one of --index DIR and --store postgresql://...")
+    if opts.store and not is_postgres_url(opts.store):
+        raise FitError(f"--store must be a postgresql:// URL, got {opts.store.split('://')[0]}://...")
+    if opts.index and not opts.index.is_dir():
+        raise FitError(f"no index folder {opts.index} (build one with `fastcrag index PATH --index DIR`)")
+    located = settings.model_copy(update={"index_dir": opts.index, "store": opts.store, "collection": opts.collection})
     try:
-        if opts.store:
-            if not is_postgres_url(opts.store):
-                raise FitError(f"--store must be a postgresql:// URL, got {opts.store.split('://')[0]}://...")
-            from fastcrag.retrieval.pgstore import PgStore  # psycopg is in the optional `postgres` extra
-
-            store: Any = PgStore(opts.store, default_embeddings(), opts.collection, ef_search=settings.ef_search)
-        else:
-            assert opts.index is not None
-            if not opts.index.is_dir():
-                raise FitError(f"no index folder {opts.index} (build one with `fastcrag index PATH --index DIR`)")
-            store = FaissStore.load(opts.index, default_embeddings())
+        retriever = Components(located).retriever()
     except IndexLoadError as exc:
         raise FitError(str(exc)) from None
-    if len(store) == 0:
+    assert isinstance(retriever, HybridRetriever)  # a FAISS folder or a Postgres collection is always searchable
+    if len(retriever.store) == 0:  # type: ignore[arg-type]
         raise FitError("the index holds no chunks; index documents first")
-    return HybridRetriever(store=store, mode=settings.retrieval, k=settings.top_k), store
+    return retriever, retriever.store
 
 
 def fine_tune_grader(
@@ -168,6 +163,7 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
         log(f"{opts.questions}: {stats.summary()}")
         questions = read_questions(opts.questions)
     check_sources(questions, store.sources(), opts.questions)
+    embedder = str(getattr(store.embeddings, "name", ""))
     base_spec = settings.reranker or default_reranker_spec()
     base = load_reranker(base_spec)
     top_k = settings.top_k
@@ -207,8 +203,9 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        base_cache = ScoreCache(base)
-        base_obs = observe(base_cache, held, top_k, strips=True, progress=opts.progress, desc="held-out, base")
+        base_obs = observe(
+            CachingReranker(base), held, top_k, strips=True, progress=opts.progress, desc="held-out, base"
+        )
         chosen = calibrate_on(base_obs, opts.precision)
         figures = {"base": figures_of(base.name, base_obs, chosen[:2])}
         packaged = _packaged_calibration(base.name)
@@ -234,7 +231,7 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
             )
             fitted = load_reranker(str(export))
             fitted_obs = observe(
-                ScoreCache(fitted), held, top_k, strips=True, progress=opts.progress, desc="held-out, fitted"
+                CachingReranker(fitted), held, top_k, strips=True, progress=opts.progress, desc="held-out, fitted"
             )
             fitted_chosen = calibrate_on(fitted_obs, opts.precision)
             figures["fitted"] = figures_of(name, fitted_obs, fitted_chosen[:2])
@@ -262,7 +259,7 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
             created=dt.date.today().isoformat(),
             metrics={
                 "questions": counts,
-                "embedder": getattr(default_embeddings(), "name", ""),
+                "embedder": embedder,
                 "held_out": {k: figures_record(v) for k, v in figures.items()},
                 "fitted_grader_kept": kept is not base,
                 "fine_tune": training,
@@ -284,7 +281,9 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
         env.append(f"FASTRAG_RERANKER={settings.reranker}")
     env.append(f"FASTRAG_CALIBRATION={opts.out / 'calibration.json'}")
     if opts.install:
-        where = install(opts.out, opts.index) if opts.index else install_in_collection(opts.out, store)
+        where = (
+            install(opts.out, opts.index, embedder) if opts.index else install_in_collection(opts.out, store, embedder)
+        )
         notes.append(f"Installed into {where}: `ask`, `serve` and `build_graph()` use it without settings.")
     log(f"done in {time.perf_counter() - started:.0f} s")
     return FitResult(opts.out, calibration, kept is not base, figures, counts, env, notes)
@@ -313,7 +312,7 @@ def _replace_folder(new: Path, dest: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def install_in_collection(out: Path, store: Any) -> str:
+def install_in_collection(out: Path, store: Any, embedder: str) -> str:
     """Store a fit's calibration and grader (a tar of its folder) in a Postgres collection's record."""
     grader = None
     if (out / "grader").is_dir():
@@ -323,11 +322,11 @@ def install_in_collection(out: Path, store: Any) -> str:
                 tar.add(path, arcname=path.name)
         grader = buf.getvalue()
     calibration = json.loads((out / "calibration.json").read_text(encoding="utf-8"))
-    store.save_fit(calibration, grader, getattr(default_embeddings(), "name", ""))
+    store.save_fit(calibration, grader, embedder)
     return f"the record of Postgres collection {store.collection.name!r}"
 
 
-def install(out: Path, index: Path) -> Path:
+def install(out: Path, index: Path, embedder: str) -> Path:
     """Store a fit's grader (when one was kept) and calibration with a FAISS index, replacing an earlier one."""
     staged = index / f".{FIT_DIR}.tmp-{os.getpid()}"
     shutil.rmtree(staged, ignore_errors=True)
@@ -336,7 +335,7 @@ def install(out: Path, index: Path) -> Path:
     if (out / "grader").is_dir():
         shutil.copytree(out / "grader", staged / "grader")
     meta = {
-        "embedder": getattr(default_embeddings(), "name", ""),
+        "embedder": embedder,
         "grader": (out / "grader").is_dir(),
         "from": str(out.resolve()),
     }

@@ -10,11 +10,17 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from fastcrag.fitting.calibrate import Observation, auc, choose_threshold, choose_upper
+from fastcrag.fitting.calibrate import (
+    Observation,
+    abstention_rates,
+    auc,
+    best_strip_chunk,
+    choose_threshold,
+    choose_upper,
+)
 from fastcrag.fitting.labels import Labelled
 from fastcrag.grading.bands import band_of
 from fastcrag.grading.reranker import Reranker, checked_scores
-from fastcrag.retrieval.text import split_sentences
 
 REFINE_K = 6
 """Chunks split into strips to place `crag_upper` (as `fastcrag calibrate` does)."""
@@ -37,29 +43,13 @@ class GraderFigures:
         return [a for a in (self.auc_gold_removed, self.auc_unanswerable) if a is not None and not np.isnan(a)]
 
 
-class ScoreCache:
-    """A grader's scores, each (question, text) pair scored once."""
-
-    def __init__(self, grader: Reranker) -> None:
-        """Score with `grader`."""
-        self.grader = grader
-        self._scores: dict[tuple[str, str], float] = {}
-
-    def scores(self, question: str, texts: Sequence[str]) -> list[float]:
-        """Scores of `texts` for `question`."""
-        todo = list(dict.fromkeys(t for t in texts if (question, t) not in self._scores))
-        if todo:
-            for t, s in zip(todo, checked_scores(self.grader, question, todo), strict=True):
-                self._scores[(question, t)] = s
-        return [self._scores[(question, t)] for t in texts]
-
-
 def observe(
-    cache: ScoreCache, items: Sequence[Labelled], top_k: int, strips: bool, progress: bool, desc: str
+    grader: Reranker, items: Sequence[Labelled], top_k: int, strips: bool, progress: bool, desc: str
 ) -> list[Observation]:
     """Per held-out question, what grading sees: answerable and its gold-removed twin, or unanswerable.
 
-    With `strips`, the best sentence strip of the top `REFINE_K` chunks too (for `crag_upper`).
+    With `strips`, the best sentence strip of the top `REFINE_K` chunks too (for `crag_upper`). A question's two views
+    share most candidates: pass a `CachingReranker` so that each pair is scored once.
     """
     out: list[Observation] = []
     for item in tqdm(items, desc=desc, unit="q", file=sys.stderr, disable=not progress):
@@ -72,16 +62,15 @@ def observe(
         for kind, view in views:
             if not view:
                 continue
-            scores = cache.scores(q.question, [c.text for c in view])
+            scores = checked_scores(grader, q.question, [c.text for c in view])
             ranked = sorted(zip(scores, view, strict=True), key=lambda t: t[0], reverse=True)
             top_chunk = ranked[0][1].chunk_id
-            strip_chunk = top_chunk
-            if strips:
-                pieces = [(s, c.chunk_id) for _, c in ranked[:REFINE_K] for s in split_sentences(c.text)]
-                if pieces:
-                    strip_scores = cache.scores(q.question, [s for s, _ in pieces])
-                    strip_chunk = pieces[int(np.argmax(strip_scores))][1]
-            out.append(Observation(kind, ranked[0][0], top_chunk, strip_chunk))
+            strip_chunk = (
+                best_strip_chunk(grader, q.question, [(c.chunk_id, c.text) for _, c in ranked[:REFINE_K]])
+                if strips
+                else None
+            )
+            out.append(Observation(kind, ranked[0][0], top_chunk, strip_chunk or top_chunk))
     return out
 
 
@@ -100,13 +89,12 @@ def held_out_aucs(obs: Sequence[Observation]) -> tuple[float, float | None]:
 
 def at_threshold(obs: Sequence[Observation], lower: float, upper: float) -> dict[str, float]:
     """Abstention precision and recall, answer rate and band mix on held-out observations at the thresholds."""
-    abstained = [o for o in obs if o.top_score < lower]
-    should = [o for o in obs if o.kind != "answerable"]
+    precision, recall = abstention_rates(obs, lower)
     answerable = [o for o in obs if o.kind == "answerable"]
     bands = [band_of(o.top_score, lower, upper) for o in obs]
     return {
-        "abstention_precision": round(sum(o.kind != "answerable" for o in abstained) / max(1, len(abstained)), 4),
-        "abstention_recall": round(sum(o.top_score < lower for o in should) / max(1, len(should)), 4),
+        "abstention_precision": round(precision, 4),
+        "abstention_recall": round(recall, 4),
         "answerable_answered": round(sum(o.top_score >= lower for o in answerable) / max(1, len(answerable)), 4),
         "correct_share": round(bands.count("CORRECT") / max(1, len(bands)), 4),
         "ambiguous_share": round(bands.count("AMBIGUOUS") / max(1, len(bands)), 4),

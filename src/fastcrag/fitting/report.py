@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fastcrag.config.calibration import Calibration
-from fastcrag.fitting.calibrate import Observation
+from fastcrag.fitting.calibrate import Observation, abstention_rates
 
 if TYPE_CHECKING:
     from fastcrag.fitting.fit import FitOptions
@@ -21,14 +21,8 @@ COLOURS = {"answerable": "#2a7ab0", "gold_removed": "#e08a1e", "unanswerable": "
 
 def precision_recall(obs: Sequence[Observation], thresholds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Abstention precision and recall at each threshold (abstain below it; right when not answerable)."""
-    scores = np.asarray([o.top_score for o in obs])
-    should = np.asarray([o.kind != "answerable" for o in obs])
-    precision, recall = [], []
-    for t in thresholds:
-        abstained = scores < t
-        precision.append(should[abstained].mean() if abstained.any() else np.nan)
-        recall.append(abstained[should].mean() if should.any() else np.nan)
-    return np.asarray(precision), np.asarray(recall)
+    rates = [abstention_rates(obs, float(t), undefined=np.nan) for t in thresholds]
+    return np.asarray([p for p, _ in rates]), np.asarray([r for _, r in rates])
 
 
 def _plots(folder: Path, base: Sequence[Observation], fitted: Sequence[Observation] | None, cal: Calibration) -> None:

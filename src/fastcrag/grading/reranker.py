@@ -10,6 +10,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from fastcrag.cache import Lazy, LRUCache
 from fastcrag.grading.onnx_grader import OnnxCrossEncoderReranker
+from fastcrag.grading.reader import Span, is_reader
 from fastcrag.modelmeta import META_FILE, read_model_meta
 from fastcrag.retrieval.embeddings import SentenceTransformerEmbeddings, default_embeddings
 
@@ -141,3 +142,34 @@ def load_reranker(spec: str) -> Reranker:
     if (path / "model.onnx").is_file():
         return OnnxCrossEncoderReranker(path)
     return CrossEncoderReranker(path if path.exists() else spec)
+
+
+class CachingReranker:
+    """Wraps a grader and memoises its scores, so that variants of one question share the scoring work.
+
+    Only for quality runs: a latency benchmark must use the plain grader.
+    """
+
+    def __init__(self, inner: Reranker, max_items: int = 200_000) -> None:
+        """Wrap `inner`; its `name` is kept, so the calibration check still applies."""
+        self.inner = inner
+        self.name = inner.name
+        self.has_reader = is_reader(inner)
+        self.max_items = max_items
+        self._cache: LRUCache[tuple[str, str], float] = LRUCache(max_items)
+
+    def score(self, query: str, texts: Sequence[str]) -> list[float]:
+        """Scores for (query, text) pairs, computing only those not seen before."""
+        known = {t: s for (_, t), s in self._cache.get_many((query, t) for t in texts).items()}
+        missing = list(dict.fromkeys(t for t in texts if t not in known))
+        if missing:
+            fresh = [float(s) for s in self.inner.score(query, missing)]
+            if len(fresh) != len(missing):
+                return fresh  # let the caller's validation report the broken grader
+            known.update(zip(missing, fresh, strict=True))
+            self._cache.put_many(((query, t), s) for t, s in zip(missing, fresh, strict=True))
+        return [known[t] for t in texts]
+
+    def read(self, query: str, texts: Sequence[str]) -> list[Span | None]:
+        """The inner grader's answer spans (a reader keeps the spans of the passes it has scored)."""
+        return self.inner.read(query, texts) if self.has_reader else [None for _ in texts]  # type: ignore[attr-defined]

@@ -107,11 +107,15 @@ def fresh_question() -> State:
     }
 
 
+def _text(message: AnyMessage) -> str:
+    return str(message.text if hasattr(message, "text") else message.content)
+
+
 def question_of(state: State) -> str:
     """The question: the last chat message when it is a human one, else the `question` field."""
     messages = state.get("messages") or []
     if messages and messages[-1].type == "human":
-        return str(messages[-1].text if hasattr(messages[-1], "text") else messages[-1].content)
+        return _text(messages[-1])
     return str(state.get("question") or "")
 
 
@@ -120,9 +124,7 @@ def earlier_turns(state: State) -> list[tuple[str, str]]:
     messages = state.get("messages") or []
     if len(messages) < 2 or messages[-1].type != "human":
         return []
-    return [
-        (m.type, str(m.text if hasattr(m, "text") else m.content)) for m in messages[:-1] if m.type in ("human", "ai")
-    ]
+    return [(m.type, _text(m)) for m in messages[:-1] if m.type in ("human", "ai")]
 
 
 def reply(state: State, answer: str) -> dict[str, Any]:
