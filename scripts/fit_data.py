@@ -1,7 +1,7 @@
 """Labelled-question files for measuring `fastcrag fit` on the shared data (written under runs/, never committed).
 
     python scripts/fit_data.py scifact --data ../shared/data --out runs/fit-data/scifact
-    python scripts/fit_data.py covidqa --data ../shared/data --out runs/fit-data/covidqa [--questions 700]
+    python scripts/fit_data.py covidqa --data ../shared/data --out runs/fit-data/covidqa600 --questions 600
 
 scifact: the train claims with their relevant abstracts as `sources` (`corpus.jsonl.gz#<id>`, as citations name
 them); index the corpus with `fastcrag index ../shared/data/scifact/corpus.jsonl.gz --index DIR`.
