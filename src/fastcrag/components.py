@@ -169,7 +169,8 @@ class Components:
         return self._run_configs(as_context(context))
 
     def _resolve(self, context: Context) -> RunConfig:
-        return resolve(self.settings, self.calibration().thresholds(), context)
+        calibration = self.calibration()
+        return resolve(self.settings, calibration.thresholds(), context, calibration.rerank_weight)
 
     def warm_up(self) -> None:
         """Load every part and run each model once (the CLI and servers call this; the graph loads lazily)."""

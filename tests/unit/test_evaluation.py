@@ -26,7 +26,7 @@ from fastcrag.evaluation.abstention import (
 )
 from fastcrag.evaluation.bench import judge_cost, latency_table, retrieval_total, stage_values
 from fastcrag.evaluation.common import calibration_sample, question_id, select_questions
-from fastcrag.evaluation.retrieval import doc_id, evaluate, rank_documents
+from fastcrag.evaluation.retrieval import doc_id, evaluate, fused_run, rank_documents
 from fastcrag.evaluation.runlog import ConfigMismatchError, ResultLog, config_hash
 from fastcrag.evaluation.scoring import (
     contains_gold,
@@ -378,6 +378,11 @@ def test_rank_documents_and_ir_measures(tmp_path: Path) -> None:
     assert m_bi["nDCG@10"] == pytest.approx(1 / math.log2(3))
     assert m_bi["R@10"] == m_rr["R@100"] == 1.0
     assert doc_id("corpus.jsonl.gz#4983") == "4983"
+    assert fused_run(bi2, rr2, 1.0).keys() == rr2.keys()
+    by = fused_run(bi2, rr2, 1.0)
+    assert sorted(by, key=lambda d: by[d], reverse=True) == ["d2", "d1", "d3"]
+    first = fused_run(bi2, rr2, 0.0)  # the first pass's order among the reranked documents
+    assert sorted(first, key=lambda d: first[d], reverse=True) == ["d1", "d2", "d3"]
 
 
 # ---------------------------------------------------------------------------------------------- cli

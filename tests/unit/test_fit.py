@@ -20,6 +20,7 @@ from fastcrag.config.settings import Settings
 from fastcrag.fitting import fit as fitmod
 from fastcrag.fitting.fit import FitOptions, fit
 from fastcrag.fitting.labels import Candidate, Labelled, is_evidence, training_pairs
+from fastcrag.fitting.measure import choose_weight, order_curve
 from fastcrag.fitting.questions import MIN_QUESTIONS, FitError, FitQuestion, read_questions, split_held_out
 from fastcrag.retrieval.store import FaissStore
 
@@ -168,8 +169,32 @@ def test_no_train_fit_writes_calibration_report_and_plots(tmp_path: Path, index:
     assert not result.kept_fitted and result.env == [f"FASTRAG_CALIBRATION={out / 'calibration.json'}"]
     report = (out / "report.md").read_text(encoding="utf-8")
     assert "AUC answerable vs gold removed" in report and "answer-grader" in report
+    # the grader puts the evidence first: the first pass is not mixed into the order
+    assert cal.rerank_weight == 1.0 and cal.metrics["ndcg@10_by_rerank_weight"]["1.0"] == 1.0
+    assert "| rerank_weight |" in report
     assert any("held out" in line for line in lines)
     assert not list(tmp_path.glob(".fit-out*"))  # no temporary folder left behind
+
+
+def test_rerank_weight_follows_the_held_out_order_and_needs_a_real_gain() -> None:
+    class Fixed:
+        name = "fixed"
+
+        def __init__(self, scores: dict[str, float]) -> None:
+            self.scores = scores
+
+        def score(self, query: str, texts: Sequence[str]) -> list[float]:
+            return [self.scores[t] for t in texts]
+
+    items = [
+        Labelled(FitQuestion(i, f"q{i}", answers=("x",)), [Candidate(f"c{j}", "s", f"t{j}", j == 0) for j in range(4)])
+        for i in range(3)
+    ]  # the evidence is always first in the first pass
+    misled = order_curve(Fixed({"t0": 0.2, "t1": 0.9, "t2": 0.8, "t3": 0.7}), items, top_k=4)
+    assert misled[0.0] == 1.0 and misled[1.0] < 0.6
+    weight, objective = choose_weight(misled)
+    assert weight < 1.0 and misled[weight] == 1.0 and "nDCG@10" in objective
+    assert choose_weight({**{w: 0.5 for w in misled}, 0.3: 0.505})[0] == 1.0  # a gain under ORDER_GAIN: no mix
 
 
 def test_install_puts_the_fit_beside_the_index_and_components_use_it(

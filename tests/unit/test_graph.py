@@ -73,6 +73,20 @@ def test_correct_band_generates_at_once() -> None:
     assert set(crag["timings"]) == {"retrieve_ms", "rerank_ms", "crag_ms", "generate_ms"}
 
 
+@pytest.mark.parametrize(("weight", "order"), [(1.0, ["g1", "m1", "b1"]), (0.0, ["m1", "g1", "b1"])])
+def test_a_fitted_rerank_weight_orders_the_candidates_not_the_band(weight: float, order: list[str]) -> None:
+    docs = [doc(MIXED, "m1"), doc(GOOD, "g1"), doc(BAD, "b1")]  # in first-pass order
+    graph = build_graph(
+        retriever=ListRetriever(docs=docs),
+        reranker=ScriptedReranker({"1889": 0.9, "330 metres": 0.8}),
+        llm=FakeChat(),
+        calibration=CALIBRATION.model_copy(update={"rerank_weight": weight}),
+    )
+    crag = graph.invoke({"question": "When was the Eiffel Tower completed?"})["crag"]
+    assert [v["chunk_id"] for v in crag["verdicts"]] == order
+    assert crag["band"] == "CORRECT" and crag["top_score"] == pytest.approx(0.9)  # the best score, wherever it sits
+
+
 def test_ambiguous_band_refines_to_strips() -> None:
     graph, _reranker, chat, _ = make({"330 metres": 0.6, "Eiffel": 0.5}, docs=[doc(MIXED, "m1"), doc(BAD, "b1")])
     out = graph.invoke({"question": "How tall is the Eiffel Tower?"})

@@ -15,7 +15,7 @@ from langchain_core.documents import Document
 from fastcrag import build_graph
 from fastcrag.config.settings import Settings
 from fastcrag.generation.rewriters import expansion_terms, keyword_rewrite, keywords
-from fastcrag.retrieval.hybrid import HybridRetriever, fuse, rrf
+from fastcrag.retrieval.hybrid import HybridRetriever, fuse, fused_order, rrf
 from fastcrag.retrieval.indexing import build_index
 from fastcrag.retrieval.lexical import FILE, LexicalIndex, LexicalIndexError, terms
 from fastcrag.retrieval.loaders import SourceDocument
@@ -75,6 +75,15 @@ def test_rrf_and_fuse_deduplicate() -> None:
 
     fused = fuse([d("a"), d("b")], [d("b"), d("c")], k=2)
     assert [x.metadata["chunk_id"] for x in fused] == ["b", "a"] and fused[0].metadata["rrf"] > 0
+
+
+def test_fused_order_moves_from_the_grader_to_the_first_pass() -> None:
+    scores = [0.2, 0.9, 0.5, 0.1]  # candidates in first-pass order
+    assert fused_order(scores, 1.0) == [1, 2, 0, 3]  # the grader's order
+    assert fused_order(scores, 0.0) == [0, 1, 2, 3]  # the first pass's
+    mixed = fused_order(scores, 0.5, k=1)  # halves of 0: 1/4 + 1/2, 1: 1/2 + 1/3, 2: 1/3 + 1/4, 3: 1/5 + 1/5
+    assert mixed == [1, 0, 2, 3]
+    assert fused_order([0.5, 0.5, 0.5], 0.3) == [0, 1, 2] and fused_order([], 0.5) == []
 
 
 def test_store_saves_lexical_index_beside_faiss(tmp_path: Path) -> None:

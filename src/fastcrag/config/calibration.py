@@ -31,6 +31,13 @@ class Calibration(BaseModel):
     reader_threshold: float | None = Field(
         None, ge=0.0, le=1.0, description="Extractive reader: below this best-span score it abstains (None: never)."
     )
+    rerank_weight: float = Field(
+        1.0,
+        ge=0.0,
+        le=1.0,
+        description="The grader's share of the candidate order against the first pass's (weighted reciprocal rank "
+        "fusion; 1: the grader's order). Bands always read the best grader score.",
+    )
     data: str = ""
     objective: str = ""
     created: str = ""

@@ -173,7 +173,8 @@ class RunConfig:
 
     With `crag_enabled` false, `plain` chooses between the two uncorrected paths: threshold-only (false: abstain
     below `reranker_threshold`, else generate) and plain RAG (true: always generate from the top_n candidates).
-    `plain` has no effect while `crag_enabled` is true.
+    `plain` has no effect while `crag_enabled` is true. `rerank_weight` (calibration.json, not a knob) orders the
+    candidates: the grader's order mixed with the first pass's.
     """
 
     crag_enabled: bool
@@ -185,6 +186,7 @@ class RunConfig:
     top_n: TopN
     abstain_message: Message
     max_question_chars: int
+    rerank_weight: Threshold = 1.0
 
     @property
     def plain_rag(self) -> bool:
@@ -205,8 +207,8 @@ def as_context(context: Any) -> Context:
     return Context()
 
 
-def resolve(settings: Settings, thresholds: tuple[float, float], context: Any) -> RunConfig:
-    """Merge settings, calibrated thresholds and a run's context (a `Context`, a mapping, or None).
+def resolve(settings: Settings, thresholds: tuple[float, float], context: Any, rerank_weight: float = 1.0) -> RunConfig:
+    """Merge settings, calibration (thresholds, candidate-order weight) and a run's context (`Context`, mapping, None).
 
     Raises:
         ValueError: an override is out of its bounds, or the thresholds are out of order.
@@ -217,4 +219,4 @@ def resolve(settings: Settings, thresholds: tuple[float, float], context: Any) -
     if not (0.0 <= merged["reranker_threshold"] <= merged["crag_upper"] <= 1.0):
         lower, upper = merged["reranker_threshold"], merged["crag_upper"]
         raise ValueError(f"thresholds must satisfy 0 <= reranker_threshold <= crag_upper <= 1, got {lower}, {upper}")
-    return RunConfig(max_question_chars=settings.max_question_chars, **merged)
+    return RunConfig(max_question_chars=settings.max_question_chars, rerank_weight=rerank_weight, **merged)

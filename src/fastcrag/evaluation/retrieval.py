@@ -12,13 +12,14 @@ from typing import Any
 
 import ir_measures
 
+from fastcrag.config.calibration import CalibrationError, load_calibration
 from fastcrag.config.settings import Settings
 from fastcrag.datasets import read_qrels, read_queries
 from fastcrag.evaluation import report as rp
 from fastcrag.evaluation.common import DEFAULT_INDEX_CACHE, cached_corpus_store, machine_note, progress, set_threads
 from fastcrag.evaluation.runlog import ResultLog
 from fastcrag.grading.reranker import checked_scores, default_reranker_spec, load_reranker
-from fastcrag.retrieval.hybrid import fuse
+from fastcrag.retrieval.hybrid import fuse, fused_order
 from fastcrag.retrieval.loaders import load_documents
 
 VERSION = 2  # 2: lexical and hybrid first passes; the reranker reorders the configured first pass
@@ -86,6 +87,36 @@ def rank_documents(
     return {d: bi[d] for d in order[:KEEP]}, {d: rr[d] for d in keep_rr}
 
 
+def fused_run(first_pass: Mapping[str, float], reranked: Mapping[str, float], weight: float) -> dict[str, float]:
+    """A query's reranked documents in the order the graph gives them at `rerank_weight` = `weight`.
+
+    Args:
+        first_pass: {doc: score}, best first (a run of `rank_documents`).
+        reranked: Its reranked run: reranked documents score 2 + grader score, the rest below.
+        weight: The grader's share of the order (`fused_order`).
+    """
+    graded = [d for d in first_pass if reranked.get(d, 0.0) >= 2.0]
+    order = fused_order([reranked[d] - 2.0 for d in graded], weight)
+    run = {graded[i]: 2.0 + (len(order) - r) / max(1, len(order)) for r, i in enumerate(order)}
+    return run | {d: s for d, s in reranked.items() if d not in run}
+
+
+def rerank_weight(settings: Settings, grader: str) -> float:
+    """The candidate-order weight the graph would use with `grader`.
+
+    From FASTRAG_CALIBRATION when set, else the packaged calibration when made for `grader`, else 1 (its order).
+
+    Raises:
+        CalibrationError: FASTRAG_CALIBRATION is unreadable or made for another grader.
+    """
+    if settings.calibration is not None:
+        return load_calibration(settings.calibration, expected_model=grader).rerank_weight
+    try:
+        return load_calibration(None, expected_model=grader).rerank_weight
+    except CalibrationError:
+        return 1.0
+
+
 def _hits(found: list[tuple[Any, float]]) -> list[tuple[str, str, float]]:
     """(BEIR doc id, chunk text, score) of each retrieved chunk, in retrieval order."""
     return [(doc_id(str(d.metadata.get("source", ""))), d.page_content, s) for d, s in found]
@@ -109,6 +140,7 @@ def run(cfg: RetrievalConfig, settings: Settings) -> int:
         qids = sorted(random.Random(cfg.seed).sample(qids, cfg.queries))
     corpus = _find(cfg.beir, "corpus.jsonl.gz", "corpus.jsonl")
     grader = load_reranker(settings.reranker or default_reranker_spec())
+    weight = rerank_weight(settings, grader.name)
     config = {
         "version": VERSION,
         "command": "eval retrieval",
@@ -168,7 +200,7 @@ def run(cfg: RetrievalConfig, settings: Settings) -> int:
                     log.add(q, record)
                     bar.update(1)
     finally:
-        write_report(cfg, log, qrels, len(qids), grader.name, time.perf_counter() - started, index_note)
+        write_report(cfg, log, qrels, len(qids), grader.name, time.perf_counter() - started, index_note, weight)
     return 0
 
 
@@ -180,8 +212,13 @@ def write_report(
     grader: str,
     seconds: float,
     index_note: str,
+    weight: float = 1.0,
 ) -> str:
-    """Write report.md, summary.json and metrics.png; return the report text."""
+    """Write report.md, summary.json and metrics.png; return the report text.
+
+    With `weight` < 1 (a fitted calibration's `rerank_weight`), a row for the graph's order: the reranked documents
+    ordered by the grader's scores mixed with the first pass's order.
+    """
     records = log.records
     systems: dict[str, dict[str, float]] = {}
     first_pass = str(log.config.get("reranked_first_pass", "dense"))
@@ -191,6 +228,10 @@ def write_report(
         systems[f"{first_pass} + reranker ({grader}, top {cfg.depth})"] = evaluate(
             qrels, {q: r["rr"] for q, r in records.items()}
         )
+        if weight < 1.0:
+            systems[f"{first_pass} + reranker, fused (rerank_weight {weight:g})"] = evaluate(
+                qrels, {q: fused_run(r[first_pass], r["rr"], weight) for q, r in records.items()}
+            )
     cfg.out.mkdir(parents=True, exist_ok=True)
     if systems:
         rp.plot_bars(systems, cfg.out / "metrics.png", f"{cfg.beir.name} {cfg.split}: retrieval quality")

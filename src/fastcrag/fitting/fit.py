@@ -23,7 +23,15 @@ from fastcrag.config.settings import Settings, is_postgres_url
 from fastcrag.fileio import write_json_atomic
 from fastcrag.fitting.generate import generate_questions, judge, write_questions_jsonl
 from fastcrag.fitting.labels import first_pass, training_pairs
-from fastcrag.fitting.measure import GraderFigures, calibrate_on, figures_of, figures_record, observe
+from fastcrag.fitting.measure import (
+    GraderFigures,
+    calibrate_on,
+    choose_weight,
+    figures_of,
+    figures_record,
+    observe,
+    order_curve,
+)
 from fastcrag.fitting.questions import (
     MIN_HELD_OUT,
     FitError,
@@ -203,9 +211,8 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        base_obs = observe(
-            CachingReranker(base), held, top_k, strips=True, progress=opts.progress, desc="held-out, base"
-        )
+        base_cached = CachingReranker(base)
+        base_obs = observe(base_cached, held, top_k, strips=True, progress=opts.progress, desc="held-out, base")
         chosen = calibrate_on(base_obs, opts.precision)
         figures = {"base": figures_of(base.name, base_obs, chosen[:2])}
         packaged = _packaged_calibration(base.name)
@@ -213,7 +220,7 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
             figures["base, packaged thresholds"] = figures_of(
                 base.name, base_obs, (packaged.reranker_threshold, packaged.crag_upper)
             )
-        kept, kept_obs, kept_name, grader_dir = base, base_obs, base.name, None
+        kept, kept_cached, kept_obs, kept_name, grader_dir = base, base_cached, base_obs, base.name, None
         training: dict[str, Any] | None = None
         if opts.train:
             if base_spec == BI_ENCODER or not (Path(base_spec) / "model.onnx").is_file():
@@ -230,14 +237,15 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
                 + "".join(f"; {n}" for n in training["notes"])
             )
             fitted = load_reranker(str(export))
+            fitted_cached = CachingReranker(fitted)
             fitted_obs = observe(
-                CachingReranker(fitted), held, top_k, strips=True, progress=opts.progress, desc="held-out, fitted"
+                fitted_cached, held, top_k, strips=True, progress=opts.progress, desc="held-out, fitted"
             )
             fitted_chosen = calibrate_on(fitted_obs, opts.precision)
             figures["fitted"] = figures_of(name, fitted_obs, fitted_chosen[:2])
             before, after = figures["base"].aucs(), figures["fitted"].aucs()
             if np.mean(after) > np.mean(before) and all(a >= b - KEEP_MARGIN for a, b in zip(after, before)):
-                kept, kept_obs, kept_name, chosen = fitted, fitted_obs, name, fitted_chosen
+                kept, kept_cached, kept_obs, kept_name, chosen = fitted, fitted_cached, fitted_obs, name, fitted_chosen
                 grader_dir = tmp / "grader"
                 shutil.copytree(export, grader_dir)
             else:
@@ -247,21 +255,25 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
                     f"{_fmt(before)}); the base grader is kept (the fitted one is in rejected-grader/, to inspect)."
                 )
         threshold, upper, objective = chosen
+        curve = order_curve(kept_cached, held, top_k)
+        weight, weight_objective = choose_weight(curve)
         calibration = Calibration(
             reranker_model=kept_name,
             reranker_threshold=round(threshold, 6),
             crag_upper=round(upper, 6),
             reader_threshold=None,
+            rerank_weight=weight,
             data=f"{opts.questions.name}: {counts['held_out']} held-out of {len(items)} labelled questions over "
             f"{f'Postgres collection {opts.collection}' if opts.store else opts.index}, seed {opts.seed}; "
             f"classes answerable, gold removed, unanswerable",
-            objective=objective,
+            objective=f"{objective}; {weight_objective}",
             created=dt.date.today().isoformat(),
             metrics={
                 "questions": counts,
                 "embedder": embedder,
                 "held_out": {k: figures_record(v) for k, v in figures.items()},
                 "fitted_grader_kept": kept is not base,
+                "ndcg@10_by_rerank_weight": {f"{w:.1f}": v for w, v in curve.items()},
                 "fine_tune": training,
             },
         )

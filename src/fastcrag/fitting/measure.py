@@ -21,11 +21,17 @@ from fastcrag.fitting.calibrate import (
 from fastcrag.fitting.labels import Labelled
 from fastcrag.grading.bands import band_of
 from fastcrag.grading.reranker import Reranker, checked_scores
+from fastcrag.retrieval.hybrid import fused_order
 
 REFINE_K = 6
 """Chunks split into strips to place `crag_upper` (as `fastcrag calibrate` does)."""
 TOLERANCE = 0.1
 """`crag_upper`: the lowest score above which refinement moves the best evidence for at most this share."""
+WEIGHTS = tuple(i / 10 for i in range(11))
+"""`rerank_weight` values tried: the grader's share of the candidate order, from the first pass's (0) to its own (1)."""
+ORDER_GAIN = 0.01
+"""The first pass is mixed into the order only when that raises held-out nDCG@10 by at least this much."""
+ORDER_DEPTH = 10
 
 
 @dataclass
@@ -132,3 +138,39 @@ def figures_record(fig: GraderFigures) -> dict[str, Any]:
         **fig.thresholds,
         **fig.at_threshold,
     }
+
+
+def ndcg(relevant: Sequence[bool], depth: int = ORDER_DEPTH) -> float:
+    """nDCG@depth of one ranked list with binary gains (1 for evidence)."""
+    dcg = sum(1.0 / np.log2(i + 2) for i, r in enumerate(relevant[:depth]) if r)
+    ideal = sum(1.0 / np.log2(i + 2) for i in range(min(depth, sum(relevant))))
+    return float(dcg / ideal) if ideal else 0.0
+
+
+def order_curve(grader: Reranker, items: Sequence[Labelled], top_k: int) -> dict[float, float]:
+    """Mean nDCG@10 of the evidence chunks over held-out answerable questions, for each `rerank_weight` in `WEIGHTS`.
+
+    The candidates are the first `top_k` of the first pass, ordered as the graph orders them (`fused_order`). Scores
+    come from `grader`: pass the `CachingReranker` that observed the held-out part, so nothing is scored twice.
+    """
+    lists: list[tuple[list[float], list[bool]]] = []
+    for item in items:
+        view = item.answerable_view(top_k)
+        if item.question.answerable and any(c.evidence for c in view):
+            lists.append(
+                (checked_scores(grader, item.question.question, [c.text for c in view]), [c.evidence for c in view])
+            )
+    return {
+        w: round(float(np.mean([ndcg([rel[i] for i in fused_order(sc, w)]) for sc, rel in lists])), 4) if lists else 0.0
+        for w in WEIGHTS
+    }
+
+
+def choose_weight(curve: dict[float, float]) -> tuple[float, str]:
+    """`rerank_weight`: the grader's order unless mixing in the first pass gains `ORDER_GAIN` held-out nDCG@10."""
+    best = max(curve, key=lambda w: (curve[w], w))  # ties: the larger grader share
+    weight = best if curve[best] >= curve[1.0] + ORDER_GAIN else 1.0
+    return weight, (
+        f"rerank_weight: the grader's share of the candidate order (weighted RRF with the first pass) with the best "
+        f"held-out nDCG@{ORDER_DEPTH} of the evidence, when it beats the grader's own order by >= {ORDER_GAIN}"
+    )

@@ -90,6 +90,7 @@ def write_report(
     notes: Sequence[str],
 ) -> None:
     """Write report.md, scores.png and threshold.png into `folder`."""
+    curve: dict[str, float] = cal.metrics.get("ndcg@10_by_rerank_weight", {})
     _plots(folder, base, fitted, cal)
     lines = [
         "# fastcrag fit report",
@@ -110,7 +111,15 @@ def write_report(
         "|---|---|---|---|---|---|---|---|",
         *(_row(label, fig) for label, fig in figures.items()),
         "",
-        f"Kept: `{cal.reranker_model}`, reranker_threshold {cal.reranker_threshold}, crag_upper {cal.crag_upper}.",
+        f"Kept: `{cal.reranker_model}`, reranker_threshold {cal.reranker_threshold}, crag_upper {cal.crag_upper}, "
+        f"rerank_weight {cal.rerank_weight}.",
+        "",
+        "Candidate order on the held-out part (nDCG@10 of the evidence chunks; rerank_weight 1: the grader's order, "
+        "0: the first pass's):",
+        "",
+        "| rerank_weight | " + " | ".join(curve) + " |",
+        "|---|" + "---|" * len(curve),
+        "| nDCG@10 | " + " | ".join(f"{v:.3f}" for v in curve.values()) + " |",
         "",
         f"Objective: {cal.objective}.",
         "",

@@ -29,9 +29,9 @@ def grade(state: State, run: Run) -> dict[str, Any]:
         }
         for c in candidates
     ]
-    top = candidates[0]["score"] if candidates else 0.0
+    top = max((c["score"] for c in candidates), default=0.0)  # the order may mix in the first pass
     band = band_of(top, lo, hi)
-    # Candidates come best first. Plain RAG hands the top_n to the generator whatever their verdict.
+    # Candidates come best first (retrieve orders them). Plain RAG hands the top_n to the generator, any verdict.
     kept = (
         candidates
         if cfg.plain_rag

@@ -10,7 +10,7 @@ from fastcrag.grading.reranker import checked_scores
 from fastcrag.graph.state import Candidate, State, earlier_turns, fresh_question, question_of
 from fastcrag.nodes import Node
 from fastcrag.nodes.stage import Run, stage
-from fastcrag.retrieval.hybrid import HybridRetriever, Mode, chunk_key
+from fastcrag.retrieval.hybrid import HybridRetriever, Mode, chunk_key, fused_order
 from fastcrag.retrieval.text import clean_text
 
 
@@ -86,8 +86,11 @@ def retrieve(state: State, run: Run) -> dict[str, Any]:
     except Exception as exc:
         return update | {"failure": str(exc)}
     reranked = time.perf_counter()
+    # Best first: the grader's order, mixed with the first pass's where the calibration says the corpus wants it.
+    # Passages graded before the retry come after this retrieval's in the first-pass order.
     scored: list[Candidate] = [{**c, "score": s} for c, s in zip(fresh, scores, strict=True)]
-    candidates = sorted([*scored, *graded.values()], key=lambda c: c["score"], reverse=True)
+    pool = [*scored, *graded.values()]
+    candidates = [pool[i] for i in fused_order([c["score"] for c in pool], run.cfg.rerank_weight)]
     # a second retrieval is part of the correction's cost
     timings = (
         {"crag_ms": (reranked - started) * 1000}

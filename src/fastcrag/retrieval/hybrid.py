@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, get_args, runtime_checkable
 
 from langchain_core.callbacks import CallbackManagerForRetrieverRun
@@ -26,6 +26,22 @@ def rrf(rankings: list[list[str]], k: int = RRF_K) -> dict[str, float]:
         for rank, key in enumerate(ranking, 1):
             fused[key] = fused.get(key, 0.0) + 1.0 / (k + rank)
     return fused
+
+
+def fused_order(scores: Sequence[float], weight: float, k: int = RRF_K) -> list[int]:
+    """The order of candidates given in first-pass order, by the grader's `scores` mixed with that first pass.
+
+    Weighted reciprocal rank fusion of the two rankings: `weight / (k + grader rank) + (1 - weight) / (k + first-pass
+    rank)`. Weight 1 is the grader's order, 0 the first pass's; ties keep the first-pass order. `fastcrag fit`
+    chooses the weight on the user's held-out questions (`rerank_weight` in calibration.json).
+    """
+    by_score = sorted(range(len(scores)), key=lambda i: scores[i], reverse=True)
+    if weight >= 1.0:
+        return by_score
+    grader_rank = {i: r for r, i in enumerate(by_score, 1)}
+    return sorted(
+        range(len(scores)), key=lambda i: weight / (k + grader_rank[i]) + (1.0 - weight) / (k + i + 1), reverse=True
+    )
 
 
 def fuse(dense: list[Document], lexical: list[Document], k: int) -> list[Document]:
