@@ -121,7 +121,8 @@ def format_result(result: dict[str, Any]) -> str:
     timings = crag.get("timings", {})
     lines.append("  timings: " + " ".join(f"{k}={v:.1f}" for k, v in timings.items()))
     for v in crag.get("verdicts", [])[:5]:
-        lines.append(f"  {v['verdict']:<9} {v['score']:.3f}  {v['source']}")
+        score = "    -" if v["score"] is None else f"{v['score']:.3f}"
+        lines.append(f"  {v['verdict']:<9} {score}  {v['source']}")
     return "\n".join(lines)
 
 

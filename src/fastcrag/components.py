@@ -173,8 +173,11 @@ class Components:
         return resolve(self.settings, calibration.thresholds(), context, calibration.rerank_weight)
 
     def warm_up(self) -> None:
-        """Load every part and run each model once (the CLI and servers call this; the graph loads lazily)."""
+        """Load every part and run each model once (the CLI and servers call this; the graph loads lazily).
+
+        The cheap checks come first: a bad calibration or chat-model setting fails before an index is built or loaded.
+        """
         self.calibration()
+        self.generator()
         self.retriever().invoke("warm-up")
         self.reranker().score("warm-up", ["warm-up"])
-        self.generator()

@@ -37,9 +37,12 @@ def test_int8_vectors_are_unit_length_in_order_and_agree_with_fp32() -> None:
 def test_an_index_built_with_one_embedder_is_refused_by_the_other(tmp_path: Path) -> None:
     int8, fp32 = load_embeddings("onnx-int8"), load_embeddings("sentence-transformers")
     FaissStore.from_texts(TEXTS, int8).save(tmp_path / "ix")
-    with pytest.raises(IndexLoadError, match="embedder"):
+    with pytest.raises(IndexLoadError, match=r"embedder.*set FASTRAG_EMBEDDER=onnx-int8 \(the default\)"):
         FaissStore.load(tmp_path / "ix", fp32)
     assert len(FaissStore.load(tmp_path / "ix", int8)) == len(TEXTS)
+    FaissStore.from_texts(TEXTS, fp32).save(tmp_path / "fp32")  # an index from before int8 became the default
+    with pytest.raises(IndexLoadError, match="set FASTRAG_EMBEDDER=sentence-transformers to read it"):
+        FaissStore.load(tmp_path / "fp32", load_embeddings(""))
 
 
 def test_unknown_embedder_spec_is_a_clear_error() -> None:

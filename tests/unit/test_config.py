@@ -101,3 +101,20 @@ def test_resolve_applies_context_over_settings_and_calibration() -> None:
 
 def test_packaged_file_path_is_inside_the_package() -> None:
     assert PACKAGED_CALIBRATION.parent.name == "config"
+
+
+def test_a_gguf_model_without_the_llamacpp_extra_is_a_one_line_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib.util
+
+    from fastcrag.cli import main
+    from fastcrag.generation import chat
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(chat.importlib.util, "find_spec", lambda name: None if name == "llama_cpp" else real(name))
+    with pytest.raises(ValueError, match=r"needs the `llamacpp` extra.*install.sh --llamacpp"):
+        chat.load_chat_model("llamacpp:SmolLM2-135M-Instruct")
+    assert main(["ask", "--llm", "llamacpp:SmolLM2-135M-Instruct", "What is a list?"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "fastcrag[llamacpp]" in err

@@ -87,6 +87,27 @@ def test_a_fitted_rerank_weight_orders_the_candidates_not_the_band(weight: float
     assert crag["band"] == "CORRECT" and crag["top_score"] == pytest.approx(0.9)  # the best score, wherever it sits
 
 
+def test_grading_stops_at_the_first_batch_that_clears_crag_upper() -> None:
+    docs = [doc(MIXED, "m1"), doc(GOOD, "g1"), doc(BAD, "b1"), doc(BAD + " Again.", "b2")]
+    graph, reranker, chat, _ = make({"1889": 0.9, "330 metres": 0.5}, docs=docs, grade_batch=2)
+    out = graph.invoke({"question": "When was the Eiffel Tower completed?"})
+    crag = out["crag"]
+    assert [len(texts) for _, texts in reranker.calls] == [2]  # the second batch is never graded
+    assert crag["band"] == "CORRECT" and crag["action"] == "generate"
+    assert [(v["chunk_id"], v["verdict"]) for v in crag["verdicts"]] == [
+        ("g1", "CORRECT"),
+        ("m1", "AMBIGUOUS"),
+        ("b1", "UNGRADED"),
+        ("b2", "UNGRADED"),
+    ]
+    assert crag["verdicts"][-1]["score"] is None and BAD not in chat.prompts[-1]
+    # no candidate clears crag_upper: every batch is graded, and the band is the same as grading all at once
+    graph, reranker, _, _ = make({"330 metres": 0.5}, docs=docs, grade_batch=2)
+    crag = graph.invoke({"question": "How tall is the Eiffel Tower?"})["crag"]
+    assert crag["band"] == "AMBIGUOUS" and "UNGRADED" not in {v["verdict"] for v in crag["verdicts"]}
+    assert [len(texts) for _, texts in reranker.calls[:2]] == [2, 2]
+
+
 def test_ambiguous_band_refines_to_strips() -> None:
     graph, _reranker, chat, _ = make({"330 metres": 0.6, "Eiffel": 0.5}, docs=[doc(MIXED, "m1"), doc(BAD, "b1")])
     out = graph.invoke({"question": "How tall is the Eiffel Tower?"})

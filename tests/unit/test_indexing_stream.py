@@ -117,9 +117,9 @@ def test_default_index_folder_is_per_embedder(monkeypatch: pytest.MonkeyPatch, t
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.delenv("FASTRAG_EMBEDDER", raising=False)
     base = default_index_dir()
-    monkeypatch.setenv("FASTRAG_EMBEDDER", "sentence-transformers")
-    assert default_index_dir() == base  # the default, named
     monkeypatch.setenv("FASTRAG_EMBEDDER", "onnx-int8")
-    assert default_index_dir() == base.with_name(base.name + "-onnx-int8")
+    assert default_index_dir() == base  # the default, named
+    monkeypatch.setenv("FASTRAG_EMBEDDER", "sentence-transformers")
+    assert default_index_dir() == base.with_name(base.name + "-sentence-transformers")
     monkeypatch.setenv("FASTRAG_EMBEDDER", "/models/my embedder/")
     assert default_index_dir() == base.with_name(base.name + "-models-my-embedder")

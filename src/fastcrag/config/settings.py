@@ -24,6 +24,8 @@ DEFAULT_RETRIEVAL: RetrievalMode = "hybrid"
 #: build takes (past it the build goes to disk), and the search breadth `FASTRAG_EF_SEARCH` defaults to.
 #: `fastcrag bench-store` at 100k MiniLM-shaped vectors measured recall@10 0.87 at ef_search 40 (pgvector's
 #: default), 0.95 at 100 and 0.98 at 200; at 1M, 0.84 at 100 and 0.95 at 400 (docs/RESULTS.md, docs/DEPLOY.md).
+#: Band-preserving early exit: candidates graded per batch (`fastcrag bench-speed --levers`, docs/RESULTS.md).
+GRADE_BATCH = 5
 HNSW_M, HNSW_EF_CONSTRUCTION, HNSW_BUILD_MEMORY_MB, DEFAULT_EF_SEARCH = 16, 64, 2048, 100
 
 # The per-run knobs' types and bounds, declared once: `Settings` (the environment), `Context` (a run's overrides)
@@ -43,8 +45,8 @@ class Settings(BaseSettings):
     index_dir: Path | None = Field(None, description="Index folder; the embedded Python-reference index when unset.")
     embedder: str = Field(
         "",
-        description="Embedder: `sentence-transformers` (fp32, the default when empty), `onnx-int8` (the packaged int8 "
-        "export), or a model folder. Indexes record it and refuse another.",
+        description="Embedder: `onnx-int8` (the packaged int8 export, the default when empty), `sentence-transformers` "
+        "(fp32), or a model folder. Indexes record it and refuse another.",
     )
     store: str = Field(
         "",
@@ -92,6 +94,13 @@ class Settings(BaseSettings):
         "(both, fused by RRF).",
     )
     top_k: int = Field(20, ge=1, le=200, description="Candidates retrieved and reranked.")
+    grade_batch: int = Field(
+        GRADE_BATCH,
+        ge=0,
+        le=200,
+        description="Candidates graded per batch, in first-pass order; grading stops once one clears crag_upper (the "
+        "band is CORRECT whatever the rest would score; the rest are UNGRADED in the trace). 0: all in one batch.",
+    )
     top_n: TopN = 3
     chunk_tokens: int = Field(128, ge=16, le=512, description="Chunk size in embedder tokens.")
     chunk_overlap: int = Field(24, ge=0, le=256, description="Token overlap between consecutive chunks.")
@@ -173,8 +182,9 @@ class RunConfig:
 
     With `crag_enabled` false, `plain` chooses between the two uncorrected paths: threshold-only (false: abstain
     below `reranker_threshold`, else generate) and plain RAG (true: always generate from the top_n candidates).
-    `plain` has no effect while `crag_enabled` is true. `rerank_weight` (calibration.json, not a knob) orders the
-    candidates: the grader's order mixed with the first pass's.
+    `plain` has no effect while `crag_enabled` is true. Not knobs: `grade_batch` (a setting) grades candidates in
+    batches until one clears `crag_upper`; `rerank_weight` (calibration.json) orders them: the grader's order mixed
+    with the first pass's.
     """
 
     crag_enabled: bool
@@ -186,6 +196,7 @@ class RunConfig:
     top_n: TopN
     abstain_message: Message
     max_question_chars: int
+    grade_batch: int = 0
     rerank_weight: Threshold = 1.0
 
     @property
@@ -219,4 +230,9 @@ def resolve(settings: Settings, thresholds: tuple[float, float], context: Any, r
     if not (0.0 <= merged["reranker_threshold"] <= merged["crag_upper"] <= 1.0):
         lower, upper = merged["reranker_threshold"], merged["crag_upper"]
         raise ValueError(f"thresholds must satisfy 0 <= reranker_threshold <= crag_upper <= 1, got {lower}, {upper}")
-    return RunConfig(max_question_chars=settings.max_question_chars, rerank_weight=rerank_weight, **merged)
+    return RunConfig(
+        max_question_chars=settings.max_question_chars,
+        grade_batch=settings.grade_batch,
+        rerank_weight=rerank_weight,
+        **merged,
+    )

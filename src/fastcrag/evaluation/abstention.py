@@ -88,7 +88,11 @@ def score_response(
     crag = result.get("crag") or {}
     answer = str(result.get("answer") or "")
     abstained = is_abstention(answer, crag.get("action"), abstain_message)
-    gold = [float(v["score"]) for v in crag.get("verdicts") or [] if source and v.get("source") == source]
+    gold = [
+        float(v["score"])
+        for v in crag.get("verdicts") or []
+        if source and v.get("source") == source and v["score"] is not None
+    ]
     return {
         "gold_score": max(gold) if gold else None,
         "kind": kind,

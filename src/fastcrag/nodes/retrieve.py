@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from fastcrag.components import Components
-from fastcrag.grading.reranker import checked_scores
+from fastcrag.grading.reranker import scores_until
 from fastcrag.graph.state import Candidate, State, earlier_turns, fresh_question, question_of
 from fastcrag.nodes import Node
 from fastcrag.nodes.stage import Run, stage
@@ -63,7 +63,7 @@ def retrieve(state: State, run: Run) -> dict[str, Any]:
     query = str(state.get("rewritten_query") or question) if retry else question
     # The retry reaches past what the first pass graded: those passages keep their scores (they were graded
     # against the same question) and the reranker grades only passages it has not seen.
-    graded = {c["chunk_id"]: c for c in state.get("candidates") or []} if retry else {}
+    graded = {c["chunk_id"]: c for c in state.get("candidates") or [] if not c.get("ungraded")} if retry else {}
     started = time.perf_counter()
     try:
         retriever = run.parts.retriever()
@@ -82,15 +82,18 @@ def retrieve(state: State, run: Run) -> dict[str, Any]:
     try:
         # Candidates are always graded against the user's question: a rewrite may widen recall,
         # but it can never make weak evidence look strong for a question nobody asked.
-        scores = checked_scores(run.parts.reranker(), question, [c["text"] for c in fresh])
+        # In first-pass order, a batch at a time: once one clears crag_upper the band is CORRECT, whatever the rest.
+        texts = [c["text"] for c in fresh]
+        scores = scores_until(run.parts.reranker(), question, texts, run.cfg.grade_batch, run.cfg.crag_upper)
     except Exception as exc:
         return update | {"failure": str(exc)}
     reranked = time.perf_counter()
     # Best first: the grader's order, mixed with the first pass's where the calibration says the corpus wants it.
-    # Passages graded before the retry come after this retrieval's in the first-pass order.
-    scored: list[Candidate] = [{**c, "score": s} for c, s in zip(fresh, scores, strict=True)]
+    # Passages graded before the retry come after this retrieval's in the first-pass order; ungraded ones last.
+    scored: list[Candidate] = [{**c, "score": s} for c, s in zip(fresh, scores, strict=False)]
     pool = [*scored, *graded.values()]
     candidates = [pool[i] for i in fused_order([c["score"] for c in pool], run.cfg.rerank_weight)]
+    candidates += [{**c, "ungraded": True} for c in fresh[len(scores) :]]
     # a second retrieval is part of the correction's cost
     timings = (
         {"crag_ms": (reranked - started) * 1000}

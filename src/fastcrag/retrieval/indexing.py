@@ -22,7 +22,7 @@ from platformdirs import user_cache_dir
 from tqdm import tqdm
 
 from fastcrag.config.settings import Settings
-from fastcrag.retrieval.embeddings import ST_SPEC, default_embeddings
+from fastcrag.retrieval.embeddings import DEFAULT_SPEC, default_embeddings
 from fastcrag.retrieval.loaders import SourceDocument, python_reference
 from fastcrag.retrieval.store import FaissStore, IndexFormatError, IndexLoadError
 from fastcrag.retrieval.text import chunk_text
@@ -284,7 +284,7 @@ def default_index_dir() -> Path:
     """
     name = f"python-reference-{sys.version_info.major}.{sys.version_info.minor}"
     spec = Settings().embedder.strip()
-    if spec not in ("", ST_SPEC):
+    if spec not in ("", DEFAULT_SPEC):
         name += "-" + re.sub(r"[^A-Za-z0-9.]+", "-", spec).strip("-")[-60:]
     return Path(user_cache_dir("fastcrag")) / name
 

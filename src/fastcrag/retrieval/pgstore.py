@@ -47,6 +47,7 @@ from fastcrag.config.settings import (
     redact_message,
     redact_url,
 )
+from fastcrag.retrieval.embeddings import setting_for
 from fastcrag.retrieval.indexing import BuildReport, ChunkBatch, DocumentEntry, stream_index
 from fastcrag.retrieval.lexical import _idf, words
 from fastcrag.retrieval.loaders import SourceDocument
@@ -330,7 +331,7 @@ def open_collection(
     if collection.embedder != model:
         raise PgStoreError(
             f"collection {name!r} in {shown} was built with embedder {collection.embedder!r}, not {model!r}; "
-            "use the same embedder or another collection"
+            f"set {setting_for(collection.embedder)} to read it, or use another collection"
         )
     return collection
 

@@ -19,6 +19,7 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
+from fastcrag.retrieval.embeddings import setting_for
 from fastcrag.retrieval.lexical import FILE as LEXICAL_FILE
 from fastcrag.retrieval.lexical import LexicalIndex, LexicalIndexError
 
@@ -297,7 +298,10 @@ class FaissStore(VectorStore):
             )
         name = getattr(embedding, "name", None)
         if name is not None and manifest.get("embedder") not in (None, name):
-            raise IndexLoadError(f"index {folder} was built with embedder {manifest['embedder']!r}, not {name!r}")
+            raise IndexLoadError(
+                f"index {folder} was built with embedder {manifest['embedder']!r}, not {name!r}: set "
+                f"{setting_for(str(manifest['embedder']))} to read it, or index it again"
+            )
         lexical, lexical_error = None, None
         try:
             lexical = LexicalIndex.load(version / LEXICAL_FILE, len(chunks))

@@ -62,13 +62,14 @@ function drawChart(verdicts, thresholds) {
     const label = `${v.source || "?"} · ${v.chunk_id}`;
     chart.appendChild(svg("text", { x: labelW - 8, y: y + 15, class: "label", "text-anchor": "end" },
       label.length > 30 ? label.slice(0, 29) + "…" : label));
+    const score = typeof v.score === "number" ? v.score : 0; // UNGRADED: grading stopped before it
     const bar = svg("rect", {
-      x: labelW, y: y + 3, width: Math.max(1, x(v.score) - labelW), height: rowH - 6,
+      x: labelW, y: y + 3, width: Math.max(1, x(score) - labelW), height: rowH - 6,
       class: `bar ${v.verdict}`, "data-verdict": v.verdict, "data-score": v.score, "data-chunk": v.chunk_id,
     });
     bar.appendChild(svg("title", {}, `${label}: ${fmt(v.score)} ${v.verdict}`));
     chart.appendChild(bar);
-    chart.appendChild(svg("text", { x: x(v.score) + 4, y: y + 15, class: "value" }, fmt(v.score)));
+    chart.appendChild(svg("text", { x: x(score) + 4, y: y + 15, class: "value" }, fmt(v.score)));
   });
   if (thresholds) {
     for (const [name, cls] of [["reranker_threshold", "lower"], ["crag_upper", "upper"]]) {
