@@ -80,10 +80,10 @@ class Components:
             if is_postgres_url(s.store):
                 from fastcrag.retrieval.pgstore import PgStore  # psycopg is in the optional `postgres` extra
 
-                given = PgStore(s.store, default_embeddings(), s.collection, ef_search=s.ef_search)
+                given = PgStore(s.store, default_embeddings(s.embedder), s.collection, ef_search=s.ef_search)
             else:
-                folder = s.index_dir or ensure_default_index(s.chunk_tokens, s.chunk_overlap)
-                given = FaissStore.load(folder, default_embeddings())
+                folder = s.index_dir or ensure_default_index(s.chunk_tokens, s.chunk_overlap, embedder=s.embedder)
+                given = FaissStore.load(folder, default_embeddings(s.embedder))
         if isinstance(given, SearchableStore):  # FaissStore, PgStore: dense, lexical or hybrid
             return HybridRetriever(store=given, mode=self.settings.retrieval, k=self.settings.top_k)
         return given.as_retriever(search_kwargs={"k": self.settings.top_k})
@@ -123,7 +123,7 @@ class Components:
         else:
             where = str(s.index_dir)
             fit = index_fit(s.index_dir) if s.index_dir is not None else None
-        embedder = getattr(default_embeddings(), "name", "")
+        embedder = getattr(default_embeddings(s.embedder), "name", "")
         if fit is not None and fit.embedder and fit.embedder != embedder:
             raise CalibrationError(
                 f"the fit installed in {where} was made with embedder {fit.embedder!r}, not {embedder!r}; "

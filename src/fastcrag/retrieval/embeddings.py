@@ -221,6 +221,6 @@ def _cached_embeddings(spec: str) -> Embedder:
     return load_embeddings(spec)
 
 
-def default_embeddings() -> Embedder:
-    """The process-wide embedder that `FASTRAG_EMBEDDER` names (lazy; the weights load on first use)."""
-    return _cached_embeddings(Settings().embedder.strip())
+def default_embeddings(spec: str | None = None) -> Embedder:
+    """The process-wide embedder that `spec` (default: `FASTRAG_EMBEDDER`) names, one per spec; loads on first use."""
+    return _cached_embeddings((Settings().embedder if spec is None else spec).strip())

@@ -276,24 +276,27 @@ def build_index(
     return stream_index(documents, sink, embeddings, chunk_tokens, chunk_overlap, batch_size, progress)
 
 
-def default_index_dir() -> Path:
+def default_index_dir(embedder: str | None = None) -> Path:
     """Where the embedded Python-reference index lives: the user's cache folder, one per Python version and embedder.
 
     The default embedder's index has no suffix; another `FASTRAG_EMBEDDER` gets its own folder, so switching between
     embedders does not rebuild the index each time.
     """
     name = f"python-reference-{sys.version_info.major}.{sys.version_info.minor}"
-    spec = Settings().embedder.strip()
+    spec = (Settings().embedder if embedder is None else embedder).strip()
     if spec not in ("", DEFAULT_SPEC):
         name += "-" + re.sub(r"[^A-Za-z0-9.]+", "-", spec).strip("-")[-60:]
     return Path(user_cache_dir("fastcrag")) / name
 
 
-def ensure_default_index(chunk_tokens: int = 128, chunk_overlap: int = 24, progress: bool = True) -> Path:
-    """Build the embedded Python-reference index once, then reuse it."""
-    folder = default_index_dir()
+def ensure_default_index(
+    chunk_tokens: int = 128, chunk_overlap: int = 24, progress: bool = True, embedder: str | None = None
+) -> Path:
+    """Build the embedded Python-reference index once with `embedder` (default: `FASTRAG_EMBEDDER`), then reuse it."""
+    folder = default_index_dir(embedder)
+    embeddings = default_embeddings(embedder)
     try:
-        store = FaissStore.load(folder, default_embeddings())
+        store = FaissStore.load(folder, embeddings)
         if store.lexical_error is not None:
             print(f"fastcrag: {store.lexical_error}; rebuilding it from the chunks", file=sys.stderr)
             store.save(folder, meta={"chunk_tokens": chunk_tokens, "chunk_overlap": chunk_overlap})
@@ -303,6 +306,7 @@ def ensure_default_index(chunk_tokens: int = 128, chunk_overlap: int = 24, progr
         build_index(
             python_reference(),
             folder,
+            embeddings,
             chunk_tokens=chunk_tokens,
             chunk_overlap=chunk_overlap,
             progress=progress,
