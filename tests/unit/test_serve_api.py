@@ -118,6 +118,102 @@ def test_threads_keep_history_and_unknown_threads_are_404(client: TestClient) ->
     assert client.get("/threads/bad%20id/state").status_code == 422
 
 
+def test_threads_search_count_update_and_delete(client: TestClient) -> None:
+    ids = [
+        client.post("/threads", json={"metadata": {"user": u, "n": i}}).json()["thread_id"] for i, u in enumerate("aab")
+    ]
+    assert client.post(f"/threads/{ids[0]}/runs/wait", json=RUN).status_code == 200
+    found = client.post("/threads/search", json={"metadata": {"user": "a"}, "sort_by": "created_at"}).json()
+    assert [t["thread_id"] for t in found] == [ids[1], ids[0]]  # newest first by default
+    assert found[1]["values"]["answer"] and found[1]["status"] == "idle"
+    oldest = client.post("/threads/search", json={"sort_order": "asc", "limit": 1, "offset": 1}).json()
+    assert [t["thread_id"] for t in oldest] == [ids[1]]
+    only = client.post("/threads/search", json={"ids": [ids[2]], "select": ["thread_id", "metadata"]}).json()
+    assert only == [{"thread_id": ids[2], "metadata": {"user": "b", "n": 2}}]
+    assert client.post("/threads/search", json={"status": "busy"}).json() == []
+    assert client.post("/threads/count", json={"metadata": {"user": "a"}}).json() == 2
+    patched = client.patch(f"/threads/{ids[2]}", json={"metadata": {"user": "a", "tag": True}}).json()
+    assert patched["metadata"] == {"user": "a", "n": 2, "tag": True}
+    minimal = client.patch(f"/threads/{ids[2]}", json={"metadata": {}}, headers={"Prefer": "return=minimal"})
+    assert minimal.status_code == 204
+    assert client.post("/threads/count", json={"metadata": {"tag": True}}).json() == 1
+    for bad in (
+        {"limit": 0},
+        {"sort_by": "values"},
+        {"sort_order": "up"},
+        {"status": "asleep"},
+        {"metadata": [1]},
+        {"values": {"answer": "x"}},
+        {"ids": "t1"},
+    ):
+        resp = client.post("/threads/search", json=bad)
+        assert resp.status_code == 422 and resp.json()["detail"], bad
+    assert client.patch(f"/threads/{ids[0]}", json={"metadata": {}, "ttl": {"ttl": 5}}).status_code == 422
+    assert client.patch("/threads/nope", json={"metadata": {}}).status_code == 404
+    assert client.delete(f"/threads/{ids[0]}").status_code == 204
+    assert client.get(f"/threads/{ids[0]}").status_code == 404
+    assert client.get(f"/threads/{ids[0]}/state").status_code == 404  # its checkpoints went with it
+    assert client.delete(f"/threads/{ids[0]}").status_code == 404
+    assert client.post("/threads/count", json={}).json() == 2
+
+
+def test_history_update_state_and_copy(client: TestClient) -> None:
+    tid = client.post("/threads", json={"metadata": {"user": "a"}}).json()["thread_id"]
+    for _ in range(2):
+        client.post(f"/threads/{tid}/runs/wait", json=RUN)
+    history = client.post(f"/threads/{tid}/history", json={"limit": 100}).json()
+    assert len(history) > 4 and history[0]["values"]["answer"]
+    stamps = [h["created_at"] for h in history]
+    assert stamps == sorted(stamps, reverse=True)  # newest first
+    assert len(client.get(f"/threads/{tid}/history", params={"limit": 2}).json()) == 2
+    older = client.post(f"/threads/{tid}/history", json={"before": history[0]["checkpoint"], "limit": 100}).json()
+    assert [h["checkpoint_id"] for h in older] == [h["checkpoint_id"] for h in history[1:]]
+    written = client.post(f"/threads/{tid}/state", json={"values": {"answer": "edited"}, "as_node": "generate"})
+    assert written.status_code == 200
+    state = client.get(f"/threads/{tid}/state").json()
+    assert state["values"]["answer"] == "edited"
+    assert state["checkpoint"]["checkpoint_id"] == written.json()["checkpoint"]["checkpoint_id"]
+    assert client.post(f"/threads/{tid}/state", json={"values": {"answer": "x"}, "as_node": "nope"}).status_code == 422
+    assert client.post(f"/threads/{tid}/state", json={"values": [1]}).status_code == 422
+    assert client.post(f"/threads/{tid}/history", json={"limit": "many"}).status_code == 422
+    assert client.post("/threads/nope/history", json={}).status_code == 404
+    copy = client.post(f"/threads/{tid}/copy").json()
+    assert copy["thread_id"] != tid and copy["metadata"] == {"user": "a"} and copy["values"]["answer"] == "edited"
+    copied = client.post(f"/threads/{copy['thread_id']}/history", json={"limit": 100}).json()
+    assert [h["values"] for h in copied] == [
+        h["values"] for h in client.post(f"/threads/{tid}/history", json={"limit": 100}).json()
+    ]
+    again = client.post(f"/threads/{copy['thread_id']}/runs/wait", json=RUN)  # the copy is a usable thread
+    assert again.status_code == 200 and again.json()["answer"] != "edited"
+
+
+def test_routes_not_served_answer_501_naming_themselves(client: TestClient) -> None:
+    calls = [
+        ("POST", "/threads/t1/runs"),
+        ("GET", "/threads/t1/runs/r1"),
+        ("POST", "/runs/crons"),
+        ("GET", "/store/items"),
+        ("POST", "/assistants"),
+        ("DELETE", "/assistants/crag"),
+    ]
+    for method, path in calls:
+        resp = client.request(method, path, json={})
+        assert resp.status_code == 501 and "not served by fastcrag serve" in resp.json()["detail"], (method, path)
+
+
+def test_json_containment_follows_postgres() -> None:
+    from fastcrag.server.records import contains
+
+    doc_ = {"user": "a", "tags": ["x", "y"], "n": 1, "flag": True, "nested": {"k": 1, "j": 2}}
+    assert contains(doc_, {}) and contains(doc_, {"user": "a", "nested": {"k": 1}}) and contains(doc_, {"tags": ["y"]})
+    assert contains(doc_, {"n": 1.0}) and not contains(doc_, {"flag": 1}) and not contains(doc_, {"n": True})
+    assert (
+        not contains(doc_, {"user": "b"})
+        and not contains(doc_, {"missing": None})
+        and not contains(doc_, {"tags": "x"})
+    )
+
+
 def test_stream_sends_metadata_then_graph_events(client: TestClient) -> None:
     with client.stream("POST", "/runs/stream", json={**RUN, "stream_mode": ["updates", "values"]}) as resp:
         lines = [line for line in resp.iter_lines() if line.startswith("event:")]

@@ -8,12 +8,20 @@ answers the subset of the LangGraph server API that `langgraph_sdk` (`get_client
     POST /assistants/search                        the one assistant, `crag` (graph id) = ASSISTANT_ID
     GET  /assistants/{id}  /assistants/{id}/schemas  /assistants/{id}/graph
     POST /threads                                  create a thread (recorded beside the checkpoints)
-    GET  /threads/{id}  /threads/{id}/state  /threads/{id}/state/{checkpoint_id}
+    GET  /threads/{id}  PATCH /threads/{id}  DELETE /threads/{id}   read, merge metadata, delete (with checkpoints)
+    POST /threads/search  /threads/count          recorded threads by metadata, ids, status; paged and sorted
+    POST /threads/{id}/copy                        a new thread with every checkpoint of this one
+    GET  /threads/{id}/state  /threads/{id}/state/{checkpoint_id}   the state (latest, or at a checkpoint)
     POST /threads/{id}/state/checkpoint            the state at a given checkpoint (RemoteGraph.get_state)
+    POST /threads/{id}/state                       write state as a node (`as_node`), from a checkpoint (a fork)
+    POST|GET /threads/{id}/history                 the thread's states, newest first
     POST /runs/wait  /runs/stream                  a run without a thread (no checkpoint is written)
     POST /threads/{id}/runs/wait  /threads/{id}/runs/stream   a run on a thread (history in the checkpointer)
     GET  /metrics                                  Prometheus, summed over every worker (multiprocess mode)
     GET  /console  /console/{asset}                the decision-trace console (static files, no data)
+
+Routes of the API that fastcrag does not serve (`NOT_SERVED`: background runs, crons, the store, assistant
+management) answer 501 naming the route, never 404/405.
 
 Why not the stock LangGraph server (`langgraph-api`) for production: `langgraph dev` (langgraph-api with the
 in-memory runtime, whose queue is polled every 0.5 s) stays the Studio path. Its Postgres runtime on PyPI,
@@ -47,7 +55,16 @@ from fastcrag.server import console
 from fastcrag.server.assistants import GRAPH_ID, assistant_graph, assistant_schemas, get_assistant, search_assistants
 from fastcrag.server.runs import run_stream, run_wait
 from fastcrag.server.service import Service, start_service, startup_reason
-from fastcrag.server.threads import create_thread, get_thread, get_thread_state, post_thread_state
+from fastcrag.server.state import get_thread_state, post_thread_state, thread_history, update_thread_state
+from fastcrag.server.threads import (
+    copy_thread,
+    count_threads,
+    create_thread,
+    delete_thread,
+    get_thread,
+    search_threads,
+    update_thread,
+)
 from fastcrag.server.wire import Guard, OrjsonResponse, http_error
 
 log = logging.getLogger("fastcrag.server")
@@ -65,6 +82,41 @@ async def info(request: Request) -> Response:
     return OrjsonResponse({"version": version("fastcrag"), "flags": {"assistants": True, "crons": False}})
 
 
+#: The server API's routes that fastcrag serve does not serve (docs/DEPLOY.md): each answers 501 naming itself.
+NOT_SERVED: dict[str, tuple[str, ...]] = {
+    "/runs": ("POST",),
+    "/runs/batch": ("POST",),
+    "/threads/{thread_id}/runs": ("GET", "POST"),
+    "/threads/{thread_id}/runs/{run_id}": ("GET", "DELETE"),
+    "/threads/{thread_id}/runs/{run_id}/join": ("GET",),
+    "/threads/{thread_id}/runs/{run_id}/stream": ("GET",),
+    "/threads/{thread_id}/runs/{run_id}/cancel": ("POST",),
+    "/threads/{thread_id}/runs/crons": ("POST",),
+    "/runs/crons": ("POST",),
+    "/runs/crons/search": ("POST",),
+    "/runs/crons/count": ("POST",),
+    "/runs/crons/{cron_id}": ("PATCH", "DELETE"),
+    "/threads/prune": ("POST",),
+    "/assistants": ("POST",),
+    "/assistants/count": ("POST",),
+    "/assistants/{assistant_id}": ("PATCH", "DELETE"),
+    "/assistants/{assistant_id}/versions": ("POST",),
+    "/assistants/{assistant_id}/latest": ("POST",),
+    "/assistants/{assistant_id}/subgraphs": ("GET",),
+    "/assistants/{assistant_id}/subgraphs/{namespace}": ("GET",),
+    "/store/items": ("GET", "PUT", "DELETE"),
+    "/store/items/search": ("POST",),
+    "/store/namespaces": ("POST",),
+}
+
+
+async def not_served(request: Request) -> Response:
+    """501 for a route of the server API that fastcrag serve deliberately does not serve."""
+    route = request.scope.get("route")
+    path = getattr(route, "path", request.url.path)
+    raise HTTPException(501, f"{request.method} {path} is not served by fastcrag serve (see docs/DEPLOY.md)")
+
+
 def routes() -> list[Route]:
     """The API's routes; `/metrics` and the console are the console app's handlers (multiprocess-aware metrics)."""
     return [
@@ -75,8 +127,15 @@ def routes() -> list[Route]:
         Route("/assistants/{assistant_id}/schemas", assistant_schemas, methods=["GET"]),
         Route("/assistants/{assistant_id}/graph", assistant_graph, methods=["GET"]),
         Route("/threads", create_thread, methods=["POST"]),
+        Route("/threads/search", search_threads, methods=["POST"]),
+        Route("/threads/count", count_threads, methods=["POST"]),
         Route("/threads/{thread_id}", get_thread, methods=["GET"]),
+        Route("/threads/{thread_id}", update_thread, methods=["PATCH"]),
+        Route("/threads/{thread_id}", delete_thread, methods=["DELETE"]),
+        Route("/threads/{thread_id}/copy", copy_thread, methods=["POST"]),
+        Route("/threads/{thread_id}/history", thread_history, methods=["GET", "POST"]),
         Route("/threads/{thread_id}/state", get_thread_state, methods=["GET"]),
+        Route("/threads/{thread_id}/state", update_thread_state, methods=["POST"]),
         Route("/threads/{thread_id}/state/checkpoint", post_thread_state, methods=["POST"]),
         Route("/threads/{thread_id}/state/{checkpoint_id}", get_thread_state, methods=["GET"]),
         Route("/threads/{thread_id}/runs/wait", run_wait, methods=["POST"]),
@@ -87,6 +146,7 @@ def routes() -> list[Route]:
         Route("/console", console.console, methods=["GET"]),
         Route("/console/", console.console, methods=["GET"]),
         Route("/console/{asset}", console.console_asset, methods=["GET"]),
+        *(Route(path, not_served, methods=list(methods)) for path, methods in NOT_SERVED.items()),
     ]
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -51,6 +51,48 @@ class ThreadRecords(Protocol):
 
     async def release(self, thread_id: str, run_id: str) -> None:
         """Give back the lease `run_id` holds (nothing when it holds none)."""
+
+    async def search(self, query: ThreadQuery) -> list[ThreadRecord]:
+        """The records matching `query`, sorted and paginated as it says."""
+
+    async def count(self, metadata: dict[str, Any]) -> int:
+        """How many records hold `metadata` (JSON containment)."""
+
+    async def update(self, thread_id: str, metadata: dict[str, Any]) -> ThreadRecord | None:
+        """Merge `metadata` into the record's and set `updated_at`; None when there is no such record."""
+
+    async def delete(self, thread_id: str) -> bool:
+        """Remove the record and its lease; whether there was a record."""
+
+    async def busy(self, thread_ids: list[str]) -> set[str]:
+        """Those of `thread_ids` whose run lease is held and unexpired."""
+
+
+SORTABLE = ("thread_id", "created_at", "updated_at")
+"""The fields threads can be sorted by."""
+
+
+@dataclass(frozen=True)
+class ThreadQuery:
+    """A thread search: metadata containment, ids, page and order (the server API's `POST /threads/search`)."""
+
+    metadata: dict[str, Any] = field(default_factory=dict)
+    ids: tuple[str, ...] = ()
+    limit: int = 10
+    offset: int = 0
+    sort_by: str = "created_at"
+    descending: bool = True
+
+
+def contains(outer: Any, inner: Any) -> bool:
+    """JSON containment as Postgres's `@>`: every key of an object, every element of an array, equal scalars."""
+    if isinstance(inner, dict):
+        return isinstance(outer, dict) and all(k in outer and contains(outer[k], v) for k, v in inner.items())
+    if isinstance(inner, list):
+        return isinstance(outer, list) and all(any(contains(o, i) for o in outer) for i in inner)
+    if isinstance(inner, bool) or isinstance(outer, bool):  # JSON true is not 1
+        return outer is inner
+    return bool(outer == inner)
 
 
 def _now() -> datetime:
@@ -148,6 +190,50 @@ class PostgresThreadRecords:
         """Give back the lease."""
         await self._execute(f"DELETE FROM {RUNS} WHERE thread_id = %s AND run_id = %s", (thread_id, run_id))
 
+    async def search(self, query: ThreadQuery) -> list[ThreadRecord]:
+        """Matching records (`metadata @>`), sorted and paginated in the database."""
+        order = f"{query.sort_by} {'DESC' if query.descending else 'ASC'}, thread_id"  # sort_by is checked: SORTABLE
+        ids = " AND thread_id = ANY(%s)" if query.ids else ""
+        rows = await self._execute(
+            f"SELECT thread_id, created_at, updated_at, metadata FROM {TABLE} WHERE metadata @> %s::jsonb{ids} "
+            f"ORDER BY {order} LIMIT %s OFFSET %s",
+            (json.dumps(query.metadata), *([list(query.ids)] if query.ids else []), query.limit, query.offset),
+        )
+        return [self._row(r) for r in rows]
+
+    async def count(self, metadata: dict[str, Any]) -> int:
+        """How many records hold `metadata`."""
+        rows = await self._execute(
+            f"SELECT count(*) AS n FROM {TABLE} WHERE metadata @> %s::jsonb", (json.dumps(metadata),)
+        )
+        row = rows[0]
+        return int(row["n"] if isinstance(row, dict) else row[0])
+
+    async def update(self, thread_id: str, metadata: dict[str, Any]) -> ThreadRecord | None:
+        """Merge `metadata` (top-level keys) and set `updated_at`."""
+        rows = await self._execute(
+            f"UPDATE {TABLE} SET metadata = metadata || %s::jsonb, updated_at = %s WHERE thread_id = %s "
+            "RETURNING thread_id, created_at, updated_at, metadata",
+            (json.dumps(metadata), _now(), thread_id),
+        )
+        return self._row(rows[0]) if rows else None
+
+    async def delete(self, thread_id: str) -> bool:
+        """Remove the record and its lease."""
+        rows = await self._execute(f"DELETE FROM {TABLE} WHERE thread_id = %s RETURNING thread_id", (thread_id,))
+        await self._execute(f"DELETE FROM {RUNS} WHERE thread_id = %s", (thread_id,))
+        return bool(rows)
+
+    async def busy(self, thread_ids: list[str]) -> set[str]:
+        """Threads whose lease is held (the database's clock)."""
+        if not thread_ids:
+            return set()
+        rows = await self._execute(
+            f"SELECT thread_id FROM {RUNS} WHERE thread_id = ANY(%s) AND expires_at >= clock_timestamp()",
+            (thread_ids,),
+        )
+        return {str(r["thread_id"] if isinstance(r, dict) else r[0]) for r in rows}
+
 
 class SqliteThreadRecords:
     """Thread records in the SQLite file of an `AsyncSqliteSaver`, sharing its connection and lock."""
@@ -211,6 +297,55 @@ class SqliteThreadRecords:
     async def release(self, thread_id: str, run_id: str) -> None:
         """Give back the lease."""
         await self._execute(f"DELETE FROM {RUNS} WHERE thread_id = ? AND run_id = ?", (thread_id, run_id))
+
+    async def _all(self) -> list[ThreadRecord]:
+        rows = await self._execute(f"SELECT thread_id, created_at, updated_at, metadata FROM {TABLE}")
+        return [_record(r) for r in rows]
+
+    async def search(self, query: ThreadQuery) -> list[ThreadRecord]:
+        """Matching records (JSON containment, as Postgres's `@>`), sorted and paginated here (one machine's file)."""
+        wanted = set(query.ids)
+        found = [
+            r
+            for r in await self._all()
+            if contains(r.metadata, query.metadata) and (not wanted or r.thread_id in wanted)
+        ]
+        found.sort(key=lambda r: r.thread_id)
+        found.sort(key=lambda r: getattr(r, query.sort_by), reverse=query.descending)
+        return found[query.offset : query.offset + query.limit]
+
+    async def count(self, metadata: dict[str, Any]) -> int:
+        """How many records hold `metadata`."""
+        return sum(contains(r.metadata, metadata) for r in await self._all())
+
+    async def update(self, thread_id: str, metadata: dict[str, Any]) -> ThreadRecord | None:
+        """Merge `metadata` (top-level keys) and set `updated_at`."""
+        record = await self.get(thread_id)
+        if record is None:
+            return None
+        merged = {**record.metadata, **metadata}
+        rows = await self._execute(
+            f"UPDATE {TABLE} SET metadata = ?, updated_at = ? WHERE thread_id = ? "
+            "RETURNING thread_id, created_at, updated_at, metadata",
+            (json.dumps(merged), _now().isoformat(), thread_id),
+        )
+        return _record(rows[0]) if rows else None
+
+    async def delete(self, thread_id: str) -> bool:
+        """Remove the record and its lease."""
+        rows = await self._execute(f"DELETE FROM {TABLE} WHERE thread_id = ? RETURNING thread_id", (thread_id,))
+        await self._execute(f"DELETE FROM {RUNS} WHERE thread_id = ?", (thread_id,))
+        return bool(rows)
+
+    async def busy(self, thread_ids: list[str]) -> set[str]:
+        """Threads whose lease is held."""
+        if not thread_ids:
+            return set()
+        marks = ", ".join("?" for _ in thread_ids)
+        rows = await self._execute(
+            f"SELECT thread_id FROM {RUNS} WHERE thread_id IN ({marks}) AND expires_at >= ?", (*thread_ids, time.time())
+        )
+        return {str(r[0]) for r in rows}
 
 
 def thread_records(saver: Any) -> ThreadRecords:

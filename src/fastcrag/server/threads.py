@@ -1,8 +1,8 @@
-"""The thread routes of `fastcrag serve`: create a thread, read it, and read its state at any checkpoint.
+"""The thread routes of `fastcrag serve`: create, read, search, count, update, copy and delete threads.
 
-A thread's history is the checkpointer's; its record (`records.py`) only says that it was created, with its
-metadata and times. A thread known only by its checkpoints (written by another process on the same database)
-counts as existing.
+A thread's history is the checkpointer's (its state routes are in `state.py`); its record (`records.py`) says that
+it was created, with its metadata and times. A thread known only by its checkpoints (written by another process on
+the same database) counts as existing, but only recorded threads are found by a search.
 """
 
 from __future__ import annotations
@@ -18,12 +18,17 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
+from fastcrag.server.records import SORTABLE, ThreadQuery
 from fastcrag.server.service import Service, service_of
 from fastcrag.server.wire import OrjsonResponse, read_json
 
 log = logging.getLogger("fastcrag.server")
 
 THREAD_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$")
+MAX_PAGE = 1000
+"""The most threads one search returns."""
+STATUSES = ("idle", "busy", "interrupted", "error")
+"""Thread statuses: fastcrag's graph never interrupts, and a failed run abstains, so only idle and busy occur."""
 
 
 def valid_thread_id(value: Any) -> str:
@@ -38,48 +43,7 @@ def valid_thread_id(value: Any) -> str:
     return text
 
 
-def _checkpoint_ref(config: Any) -> dict[str, Any] | None:
-    conf = (config or {}).get("configurable") or {}
-    if not conf.get("thread_id") or not conf.get("checkpoint_id"):
-        return None
-    return {
-        "thread_id": conf["thread_id"],
-        "checkpoint_ns": conf.get("checkpoint_ns") or "",
-        "checkpoint_id": conf["checkpoint_id"],
-        "checkpoint_map": conf.get("checkpoint_map"),
-    }
-
-
-def _thread_state(snapshot: Any, thread_id: str) -> dict[str, Any]:
-    """A LangGraph `StateSnapshot` in the server API's ThreadState shape."""
-    return {
-        "values": snapshot.values or {},
-        "next": list(snapshot.next),
-        "tasks": [
-            {
-                "id": t.id,
-                "name": t.name,
-                "path": list(t.path),
-                "error": None if t.error is None else type(t.error).__name__,
-                "interrupts": [{"id": i.id, "value": i.value} for i in t.interrupts],
-                "checkpoint": None,
-                "state": None,
-                "result": getattr(t, "result", None),
-            }
-            for t in snapshot.tasks
-        ],
-        "metadata": snapshot.metadata or {},
-        "created_at": snapshot.created_at,
-        "checkpoint": _checkpoint_ref(snapshot.config)
-        or {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": None, "checkpoint_map": None},
-        "parent_checkpoint": _checkpoint_ref(snapshot.parent_config),
-        "interrupts": [{"id": i.id, "value": i.value} for i in getattr(snapshot, "interrupts", ())],
-        "checkpoint_id": (snapshot.config or {}).get("configurable", {}).get("checkpoint_id"),
-        "parent_checkpoint_id": (snapshot.parent_config or {}).get("configurable", {}).get("checkpoint_id"),
-    }
-
-
-async def _store_call(service: Service, what: str, call: Awaitable[Any]) -> Any:
+async def store_call(service: Service, what: str, call: Awaitable[Any]) -> Any:
     """Await a thread-record or checkpoint call; a database failure becomes a redacted 503."""
     try:
         return await call
@@ -100,12 +64,12 @@ async def thread_known(service: Service, thread_id: str) -> Any:
     return True if found is not None else None
 
 
-async def _thread_exists(service: Service, thread_id: str) -> Any:
+async def thread_exists(service: Service, thread_id: str) -> Any:
     """`thread_known`, with a database failure as a redacted 503."""
-    return await _store_call(service, "reading the thread", thread_known(service, thread_id))
+    return await store_call(service, "reading the thread", thread_known(service, thread_id))
 
 
-def _thread_json(record: Any, thread_id: str, values: dict[str, Any]) -> dict[str, Any]:
+def _thread_json(record: Any, thread_id: str, values: dict[str, Any], status: str = "idle") -> dict[str, Any]:
     if record is True or record is None:
         now = datetime.now(UTC).isoformat()
         created, updated, metadata = now, now, {}
@@ -116,7 +80,7 @@ def _thread_json(record: Any, thread_id: str, values: dict[str, Any]) -> dict[st
         "created_at": created,
         "updated_at": updated,
         "metadata": metadata,
-        "status": "idle",
+        "status": status,
         "values": values,
         "interrupts": {},
         "config": {},
@@ -136,11 +100,11 @@ async def create_thread(request: Request) -> Response:
     if_exists = body.get("if_exists") or "raise"
     if if_exists not in ("raise", "do_nothing"):
         raise HTTPException(422, "if_exists must be `raise` or `do_nothing`")
-    record = await _store_call(service, "creating the thread", service.threads.create(thread_id, metadata))
+    record = await store_call(service, "creating the thread", service.threads.create(thread_id, metadata))
     if record is None:
         if if_exists == "raise":
             raise HTTPException(409, f"thread {thread_id} exists already")
-        record = await _store_call(service, "reading the thread", service.threads.get(thread_id))
+        record = await store_call(service, "reading the thread", service.threads.get(thread_id))
     return OrjsonResponse(_thread_json(record, thread_id, {}))
 
 
@@ -148,45 +112,166 @@ async def get_thread(request: Request) -> Response:
     """`GET /threads/{id}`: the record and the latest values."""
     service = service_of(request)
     thread_id = valid_thread_id(request.path_params["thread_id"])
-    record = await _thread_exists(service, thread_id)
+    record = await thread_exists(service, thread_id)
     if record is None:
         raise HTTPException(404, f"thread {thread_id} not found")
-    snapshot = await _store_call(
+    snapshot = await store_call(
         service, "reading the checkpoints", service.graph.aget_state({"configurable": {"thread_id": thread_id}})
     )
     return OrjsonResponse(_thread_json(record, thread_id, snapshot.values or {}))
 
 
-async def _state_at(request: Request, checkpoint: dict[str, Any]) -> Response:
-    service = service_of(request)
+async def _known(service: Service, request: Request) -> tuple[str, Any]:
+    """The path's thread id and its record (True: known by checkpoints only).
+
+    Raises:
+        HTTPException: 422 for a bad id, 404 for an unknown thread, 503 when the database fails.
+    """
     thread_id = valid_thread_id(request.path_params["thread_id"])
-    if await _thread_exists(service, thread_id) is None:
+    record = await thread_exists(service, thread_id)
+    if record is None:
         raise HTTPException(404, f"thread {thread_id} not found")
-    configurable: dict[str, Any] = {"thread_id": thread_id}
-    for name in ("checkpoint_ns", "checkpoint_id"):
-        value = checkpoint.get(name)
-        if value is not None and not isinstance(value, str):
-            raise HTTPException(422, f"{name} must be a string")
-        if value:
-            configurable[name] = value
-    snapshot = await _store_call(
-        service, "reading the checkpoints", service.graph.aget_state({"configurable": configurable})
+    return thread_id, record
+
+
+async def _values(service: Service, thread_id: str) -> dict[str, Any]:
+    snapshot = await store_call(
+        service, "reading the checkpoints", service.graph.aget_state({"configurable": {"thread_id": thread_id}})
     )
-    if configurable.get("checkpoint_id") and _checkpoint_ref(snapshot.config) is None:
-        raise HTTPException(404, f"checkpoint {configurable['checkpoint_id']} not found on thread {thread_id}")
-    return OrjsonResponse(_thread_state(snapshot, thread_id))
+    return dict(snapshot.values or {})
 
 
-async def get_thread_state(request: Request) -> Response:
-    """`GET /threads/{id}/state` (the latest checkpoint) and `/threads/{id}/state/{checkpoint_id}`, as ThreadState."""
-    return await _state_at(request, {"checkpoint_id": request.path_params.get("checkpoint_id")})
+def _metadata_of(body: dict[str, Any], name: str = "metadata") -> dict[str, Any]:
+    value = body.get(name) or {}
+    if not isinstance(value, dict):
+        raise HTTPException(422, f"{name} must be a JSON object")
+    return value
 
 
-async def post_thread_state(request: Request) -> Response:
-    """`POST /threads/{id}/state/checkpoint`: the state at `{"checkpoint": {checkpoint_id, checkpoint_ns}}`."""
+def _unsupported(body: dict[str, Any], *names: str) -> None:
+    for name in names:
+        if body.get(name):
+            raise HTTPException(422, f"`{name}` is not supported by fastcrag serve")
+
+
+def _query(body: dict[str, Any]) -> tuple[ThreadQuery, str | None, list[str] | None]:
+    """A search body as a query, the status filter and the fields to return.
+
+    Raises:
+        HTTPException: 422 naming the first bad field.
+    """
+    _unsupported(body, "values", "extract")
+    limit, offset = body.get("limit", 10), body.get("offset", 0)
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_PAGE:
+        raise HTTPException(422, f"limit must be an integer in 1-{MAX_PAGE}")
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        raise HTTPException(422, "offset must be a non-negative integer")
+    sort_by = body.get("sort_by") or "created_at"
+    if sort_by not in SORTABLE:
+        raise HTTPException(422, f"sort_by must be one of {', '.join(SORTABLE)}")
+    order = body.get("sort_order") or "desc"
+    if order not in ("asc", "desc"):
+        raise HTTPException(422, "sort_order must be `asc` or `desc`")
+    status = body.get("status")
+    if status is not None and status not in STATUSES:
+        raise HTTPException(422, f"status must be one of {', '.join(STATUSES)}")
+    ids = body.get("ids") or []
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise HTTPException(422, "ids must be a list of thread ids")
+    select = body.get("select")
+    if select is not None and (not isinstance(select, list) or not all(isinstance(f, str) for f in select)):
+        raise HTTPException(422, "select must be a list of field names")
+    query = ThreadQuery(_metadata_of(body), tuple(ids), limit, offset, sort_by, order == "desc")
+    return query, status, select
+
+
+async def search_threads(request: Request) -> Response:
+    """`POST /threads/search`: recorded threads by metadata (JSON containment), ids and status; paged and sorted."""
+    service = service_of(request)
+    query, status, select = _query(await read_json(request, service.limits.max_body_bytes))
+    if status is not None:  # the status is the lease's: filter a whole result, then page it
+        page = ThreadQuery(query.metadata, query.ids, 1_000_000, 0, query.sort_by, query.descending)
+        found = await store_call(service, "searching threads", service.threads.search(page))
+        busy = await store_call(service, "reading run leases", service.threads.busy([r.thread_id for r in found]))
+        found = [r for r in found if ("busy" if r.thread_id in busy else "idle") == status]
+        found = found[query.offset : query.offset + query.limit]
+    else:
+        found = await store_call(service, "searching threads", service.threads.search(query))
+        busy = await store_call(service, "reading run leases", service.threads.busy([r.thread_id for r in found]))
+    out = []
+    for record in found:
+        values = await _values(service, record.thread_id) if select is None or "values" in select else {}
+        thread = _thread_json(record, record.thread_id, values, "busy" if record.thread_id in busy else "idle")
+        out.append(thread if select is None else {k: v for k, v in thread.items() if k in select})
+    return OrjsonResponse(out)
+
+
+async def count_threads(request: Request) -> Response:
+    """`POST /threads/count`: how many recorded threads hold the metadata."""
     service = service_of(request)
     body = await read_json(request, service.limits.max_body_bytes)
-    checkpoint = body.get("checkpoint") or {}
-    if not isinstance(checkpoint, dict):
-        raise HTTPException(422, "checkpoint must be a JSON object")
-    return await _state_at(request, checkpoint)
+    _unsupported(body, "values", "status")
+    return OrjsonResponse(await store_call(service, "counting threads", service.threads.count(_metadata_of(body))))
+
+
+async def update_thread(request: Request) -> Response:
+    """`PATCH /threads/{id}`: merge metadata (a thread known only by its checkpoints gets a record)."""
+    service = service_of(request)
+    body = await read_json(request, service.limits.max_body_bytes)
+    _unsupported(body, "ttl")
+    metadata = _metadata_of(body)
+    thread_id, record = await _known(service, request)
+    if record is True:
+        await store_call(service, "recording the thread", service.threads.create(thread_id, {}))
+    updated = await store_call(service, "updating the thread", service.threads.update(thread_id, metadata))
+    if updated is None:  # deleted meanwhile
+        raise HTTPException(404, f"thread {thread_id} not found")
+    if request.headers.get("prefer", "").replace(" ", "") == "return=minimal":
+        return Response(status_code=204)
+    return OrjsonResponse(_thread_json(updated, thread_id, await _values(service, thread_id)))
+
+
+async def refuse_busy(service: Service, thread_id: str) -> None:
+    """409 while a run holds the thread's lease (its state must not change under the run)."""
+    if thread_id in await store_call(service, "reading run leases", service.threads.busy([thread_id])):
+        raise HTTPException(409, f"thread {thread_id} has a run in flight; try again when it ends")
+
+
+async def delete_thread(request: Request) -> Response:
+    """`DELETE /threads/{id}`: its checkpoints, writes and record (409 while a run holds it)."""
+    service = service_of(request)
+    thread_id, _ = await _known(service, request)
+    await refuse_busy(service, thread_id)
+    await store_call(service, "deleting the checkpoints", service.saver.adelete_thread(thread_id))
+    await store_call(service, "deleting the thread", service.threads.delete(thread_id))
+    return Response(status_code=204)
+
+
+async def copy_thread(request: Request) -> Response:
+    """`POST /threads/{id}/copy`: a new thread with the same metadata and every checkpoint (and pending write)."""
+    service = service_of(request)
+    source, record = await _known(service, request)
+    target = str(uuid.uuid4())
+    metadata = {} if record is True else dict(record.metadata)
+    created = await store_call(service, "creating the thread", service.threads.create(target, metadata))
+    await store_call(service, "copying the checkpoints", copy_checkpoints(service.saver, source, target))
+    return OrjsonResponse(_thread_json(created, target, await _values(service, target)))
+
+
+async def copy_checkpoints(saver: Any, source: str, target: str) -> None:
+    """Every checkpoint of `source`, oldest first, with its parent links and pending writes, onto `target`."""
+    tuples = [t async for t in saver.alist({"configurable": {"thread_id": source}})]
+    for tup in reversed(tuples):  # alist is newest first: parents go in before their children
+        conf = tup.config["configurable"]
+        parent = (tup.parent_config or {}).get("configurable", {}).get("checkpoint_id")
+        into: dict[str, Any] = {"thread_id": target, "checkpoint_ns": conf.get("checkpoint_ns", "")}
+        if parent:
+            into["checkpoint_id"] = parent
+        saved = await saver.aput(
+            {"configurable": into}, tup.checkpoint, tup.metadata, dict(tup.checkpoint.get("channel_versions", {}))
+        )
+        by_task: dict[str, list[tuple[str, Any]]] = {}
+        for task_id, channel, value in tup.pending_writes or []:
+            by_task.setdefault(task_id, []).append((channel, value))
+        for task_id, writes in by_task.items():
+            await saver.aput_writes(saved, writes, task_id)
