@@ -270,7 +270,7 @@ def test_cli_indexes_into_postgres_and_prunes(
 ) -> None:
     import fastcrag.retrieval.embeddings as embeddings
 
-    monkeypatch.setattr(embeddings, "default_embeddings", HashEmbeddings)
+    monkeypatch.setattr(embeddings, "default_embeddings", lambda spec=None: HashEmbeddings())
     corpus = tmp_path / "docs"
     corpus.mkdir()
     (corpus / "a.txt").write_text("Alpha particles are helium nuclei.", encoding="utf-8")
@@ -325,7 +325,7 @@ def test_components_pick_the_postgres_store_from_settings(db: str, monkeypatch: 
     from fastcrag import components
     from fastcrag.components import Components
 
-    monkeypatch.setattr(components, "default_embeddings", HashEmbeddings)
+    monkeypatch.setattr(components, "default_embeddings", lambda spec=None: HashEmbeddings())
     _build(db, DOCS, "docs")
     retriever = Components(settings=Settings(store=db, collection="docs", retrieval="hybrid")).retriever()
     assert isinstance(retriever, HybridRetriever) and isinstance(retriever.store, PgStore)

@@ -74,7 +74,9 @@ def test_damaged_index_abstains_naming_it(tmp_path: Path, damage: str, monkeypat
         (tmp_path / "CURRENT").write_text("v-gone\n")
     import fastcrag.retrieval.embeddings
 
-    monkeypatch.setattr(fastcrag.retrieval.embeddings, "default_embeddings", HashEmbeddings)  # no model load
+    monkeypatch.setattr(
+        fastcrag.retrieval.embeddings, "default_embeddings", lambda spec=None: HashEmbeddings()
+    )  # no model load
     out = graph_with(retriever=None, settings=Settings(index_dir=tmp_path)).invoke({"question": "Eiffel?"})
     assert out["crag"]["action"] == "abstain"
     assert "IndexLoadError" in out["crag"]["failure"] and str(tmp_path) in out["crag"]["failure"]

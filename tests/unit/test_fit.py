@@ -67,7 +67,7 @@ def labelled_rows() -> list[dict[str, Any]]:
 
 @pytest.fixture
 def index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setattr(components, "default_embeddings", HashEmbeddings)
+    monkeypatch.setattr(components, "default_embeddings", lambda spec=None: HashEmbeddings())
     store = FaissStore(HashEmbeddings())
     texts = [facts(i) for i in range(len(TOWNS))]
     store.add_texts(texts, [{"source": f"doc{i}.txt", "title": TOWNS[i]} for i in range(len(TOWNS))])

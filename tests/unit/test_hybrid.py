@@ -191,8 +191,8 @@ def test_embedded_index_is_rebuilt_when_its_format_changes(tmp_path: Path, monke
     from fastcrag.retrieval import indexing
 
     folder = tmp_path / "embedded"
-    monkeypatch.setattr(indexing, "default_index_dir", lambda: folder)
-    monkeypatch.setattr(indexing, "default_embeddings", HashEmbeddings)
+    monkeypatch.setattr(indexing, "default_index_dir", lambda embedder=None: folder)
+    monkeypatch.setattr(indexing, "default_embeddings", lambda spec=None: HashEmbeddings())
     monkeypatch.setattr(indexing, "python_reference", lambda: iter(DOCS))
     assert indexing.ensure_default_index(32, 8, progress=False) == folder
     first = current(folder)
