@@ -302,6 +302,20 @@ def test_sdk_thread_management_history_and_state_on_postgres(served: Served) -> 
     asyncio.run(from_async())
     with pytest.raises(Exception, match=r"404|not found"):
         client.threads.get(second)
+    # background runs: created, then run by whichever of the two workers takes it, joined and listed
+    runs = [
+        client.runs.create(first, "crag", input={"question": q}, multitask_strategy="enqueue") for q in QUESTIONS[:3]
+    ]
+    assert all(r["status"] in ("pending", "running") for r in runs)
+    for r in runs:
+        joined = client.runs.join(first, r["run_id"])
+        assert joined["answer"] and set(joined["crag"]) == CRAG_KEYS
+        assert client.runs.get(first, r["run_id"])["status"] == "success"
+    listed_runs = client.runs.list(first, limit=10)
+    assert [r["run_id"] for r in listed_runs][:3] == [r["run_id"] for r in reversed(runs)]
+    pending = client.runs.create(first, "crag", input={"question": QUESTIONS[0]}, multitask_strategy="enqueue")
+    client.runs.cancel(first, pending["run_id"])
+    assert client.runs.get(first, pending["run_id"])["status"] in ("interrupted", "success")  # it may have finished
     for thread_id in (first, copy["thread_id"]):
         client.threads.delete(thread_id)
     assert client.threads.search(metadata={"user": user}) == []

@@ -189,8 +189,8 @@ def test_history_update_state_and_copy(client: TestClient) -> None:
 
 def test_routes_not_served_answer_501_naming_themselves(client: TestClient) -> None:
     calls = [
-        ("POST", "/threads/t1/runs"),
-        ("GET", "/threads/t1/runs/r1"),
+        ("POST", "/runs"),
+        ("POST", "/threads/t1/runs/crons"),
         ("POST", "/runs/crons"),
         ("GET", "/store/items"),
         ("POST", "/assistants"),
@@ -199,6 +199,78 @@ def test_routes_not_served_answer_501_naming_themselves(client: TestClient) -> N
     for method, path in calls:
         resp = client.request(method, path, json={})
         assert resp.status_code == 501 and "not served by fastcrag serve" in resp.json()["detail"], (method, path)
+
+
+def _until(check: Any, seconds: float = 20.0) -> Any:
+    deadline = time.monotonic() + seconds
+    while not (value := check()):
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+    return value
+
+
+def test_background_runs_queue_join_list_cancel_and_delete(client: TestClient) -> None:
+    tid = client.post("/threads", json={}).json()["thread_id"]
+    created = client.post(f"/threads/{tid}/runs", json={**RUN, "metadata": {"from": "test"}})
+    assert created.status_code == 200
+    run = created.json()
+    assert run["status"] in ("pending", "running") and run["thread_id"] == tid and run["metadata"] == {"from": "test"}
+    values = client.get(f"/threads/{tid}/runs/{run['run_id']}/join").json()
+    assert values["answer"] and values["crag"]["action"] == "generate"
+    assert client.get(f"/threads/{tid}/runs/{run['run_id']}").json()["status"] == "success"
+    second = client.post(f"/threads/{tid}/runs", json={**RUN, "multitask_strategy": "enqueue"}).json()
+    with client.stream("GET", f"/threads/{tid}/runs/{second['run_id']}/stream") as resp:
+        events = [line for line in resp.iter_lines() if line.startswith("event:")]
+    assert events == ["event: metadata", "event: values"]
+    listed = client.get(f"/threads/{tid}/runs").json()
+    assert [r["run_id"] for r in listed] == [second["run_id"], run["run_id"]]
+    assert [r["run_id"] for r in client.get(f"/threads/{tid}/runs", params={"limit": 1}).json()] == [second["run_id"]]
+    history = client.post(f"/threads/{tid}/history", json={"limit": 100}).json()
+    assert len([h for h in history if h["metadata"].get("source") == "input"]) == 2  # both runs wrote the thread
+    assert client.delete(f"/threads/{tid}/runs/{run['run_id']}").status_code == 204
+    assert client.get(f"/threads/{tid}/runs/{run['run_id']}").status_code == 404
+    # refusals: unknown thread or run, bad bodies, a busy thread under `reject`
+    assert client.post("/threads/nope/runs", json=RUN).status_code == 404
+    assert client.post("/threads/made/runs", json={**RUN, "if_not_exists": "create"}).status_code == 200
+    assert client.get(f"/threads/{tid}/runs/no-such-run").status_code == 404
+    assert client.post(f"/threads/{tid}/runs", json={**RUN, "input": {"query": 1}}).status_code == 422
+    assert client.post(f"/threads/{tid}/runs", json={**RUN, "stream_resumable": True}).status_code == 422
+    assert client.get(f"/threads/{tid}/runs", params={"status": "asleep"}).status_code == 422
+
+
+def test_a_background_run_is_cancelled_and_a_lost_one_taken_up_again(tmp_path: Path) -> None:
+    import sqlite3
+    import uuid
+
+    with make_client(tmp_path) as c:
+        c.headers["Authorization"] = f"Bearer {KEY}"
+        reranker = c.reranker  # type: ignore[attr-defined]
+        tid = c.post("/threads", json={}).json()["thread_id"]
+        reranker.behaviour = lambda out: (time.sleep(1.0), out)[1]  # still going when it is cancelled
+        slow = c.post(f"/threads/{tid}/runs", json=RUN).json()
+        _until(lambda: c.get(f"/threads/{tid}/runs/{slow['run_id']}").json()["status"] == "running")
+        assert c.post(f"/threads/{tid}/runs", json=RUN).status_code == 409  # reject: the thread is busy
+        assert c.post(f"/threads/{tid}/runs/{slow['run_id']}/cancel", params={"wait": 1}).status_code == 202
+        ended = c.get(f"/threads/{tid}/runs/{slow['run_id']}").json()
+        assert ended["status"] == "interrupted" and "cancelled" in ended["error"]
+        reranker.behaviour = None
+        # runs whose worker died mid-run: `running`, their lease run out; one was started once, one twice already
+        db = sqlite3.connect(tmp_path / "threads.sqlite")
+        once, twice = str(uuid.uuid4()), str(uuid.uuid4())
+        for run_id, attempts in ((once, 1), (twice, 2)):
+            db.execute(
+                "INSERT INTO fastcrag_runs (run_id, thread_id, status, body, metadata, multitask, created, updated, "
+                "attempts, owner, lease_until) VALUES (?, ?, 'running', ?, '{}', 'enqueue', ?, ?, ?, 'gone', ?)",
+                (run_id, tid, json.dumps(RUN), time.time(), time.time(), attempts, time.time() - 1),
+            )
+        db.commit()
+        db.close()
+        retried = _until(lambda: (r := c.get(f"/threads/{tid}/runs/{once}").json())["status"] != "running" and r)
+        assert retried["status"] == "success"
+        given_up = _until(lambda: (r := c.get(f"/threads/{tid}/runs/{twice}").json())["status"] != "running" and r)
+        assert given_up["status"] == "error" and "worker stopped" in given_up["error"]
+        assert c.post(f"/threads/{tid}/runs/wait", json=RUN).status_code == 200  # the thread stays usable
+        assert c.delete(f"/threads/{tid}").status_code == 204
 
 
 def test_json_containment_follows_postgres() -> None:

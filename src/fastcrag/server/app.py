@@ -17,11 +17,14 @@ answers the subset of the LangGraph server API that `langgraph_sdk` (`get_client
     POST|GET /threads/{id}/history                 the thread's states, newest first
     POST /runs/wait  /runs/stream                  a run without a thread (no checkpoint is written)
     POST /threads/{id}/runs/wait  /threads/{id}/runs/stream   a run on a thread (history in the checkpointer)
+    POST /threads/{id}/runs  GET /threads/{id}/runs[/{run_id}[/join|/stream]]  POST .../cancel  DELETE .../{run_id}
+                                                   background runs: queued in the database, run by any worker
     GET  /metrics                                  Prometheus, summed over every worker (multiprocess mode)
     GET  /console  /console/{asset}                the decision-trace console (static files, no data)
 
-Routes of the API that fastcrag does not serve (`NOT_SERVED`: background runs, crons, the store, assistant
-management) answer 501 naming the route, never 404/405.
+Routes of the API that fastcrag does not serve (`NOT_SERVED`: stateless background runs, crons, the store, assistant
+management) answer 501 naming the route, never 404/405. `/threads/{id}/runs/crons` is routed before the run routes,
+so that it is not read as a run id.
 
 Why not the stock LangGraph server (`langgraph-api`) for production: `langgraph dev` (langgraph-api with the
 in-memory runtime, whose queue is polled every 0.5 s) stays the Studio path. Its Postgres runtime on PyPI,
@@ -35,6 +38,7 @@ the latency path), and keeps the wire format the SDK and RemoteGraph expect.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -53,6 +57,16 @@ from fastcrag.config.settings import Settings
 from fastcrag.graph.checkpoints import describe
 from fastcrag.server import console
 from fastcrag.server.assistants import GRAPH_ID, assistant_graph, assistant_schemas, get_assistant, search_assistants
+from fastcrag.server.background import (
+    Runner,
+    cancel_run,
+    create_run,
+    delete_run,
+    get_run,
+    join_run,
+    join_stream,
+    list_runs,
+)
 from fastcrag.server.runs import run_stream, run_wait
 from fastcrag.server.service import Service, start_service, startup_reason
 from fastcrag.server.state import get_thread_state, post_thread_state, thread_history, update_thread_state
@@ -86,12 +100,6 @@ async def info(request: Request) -> Response:
 NOT_SERVED: dict[str, tuple[str, ...]] = {
     "/runs": ("POST",),
     "/runs/batch": ("POST",),
-    "/threads/{thread_id}/runs": ("GET", "POST"),
-    "/threads/{thread_id}/runs/{run_id}": ("GET", "DELETE"),
-    "/threads/{thread_id}/runs/{run_id}/join": ("GET",),
-    "/threads/{thread_id}/runs/{run_id}/stream": ("GET",),
-    "/threads/{thread_id}/runs/{run_id}/cancel": ("POST",),
-    "/threads/{thread_id}/runs/crons": ("POST",),
     "/runs/crons": ("POST",),
     "/runs/crons/search": ("POST",),
     "/runs/crons/count": ("POST",),
@@ -138,8 +146,16 @@ def routes() -> list[Route]:
         Route("/threads/{thread_id}/state", update_thread_state, methods=["POST"]),
         Route("/threads/{thread_id}/state/checkpoint", post_thread_state, methods=["POST"]),
         Route("/threads/{thread_id}/state/{checkpoint_id}", get_thread_state, methods=["GET"]),
+        Route("/threads/{thread_id}/runs", create_run, methods=["POST"]),
+        Route("/threads/{thread_id}/runs", list_runs, methods=["GET"]),
         Route("/threads/{thread_id}/runs/wait", run_wait, methods=["POST"]),
         Route("/threads/{thread_id}/runs/stream", run_stream, methods=["POST"]),
+        Route("/threads/{thread_id}/runs/crons", not_served, methods=["POST"]),
+        Route("/threads/{thread_id}/runs/{run_id}", get_run, methods=["GET"]),
+        Route("/threads/{thread_id}/runs/{run_id}", delete_run, methods=["DELETE"]),
+        Route("/threads/{thread_id}/runs/{run_id}/join", join_run, methods=["GET"]),
+        Route("/threads/{thread_id}/runs/{run_id}/stream", join_stream, methods=["GET"]),
+        Route("/threads/{thread_id}/runs/{run_id}/cancel", cancel_run, methods=["POST"]),
         Route("/runs/wait", run_wait, methods=["POST"]),
         Route("/runs/stream", run_stream, methods=["POST"]),
         Route("/metrics", console.metrics, methods=["GET"]),
@@ -177,6 +193,17 @@ class Server:
             reason = startup_reason(exc)
             await send({"type": "lifespan.startup.failed", "message": f"fastcrag serve: cannot start: {reason}"})
             return
+        try:
+            await service.queue.setup()
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                await stack.aclose()
+            await send({"type": "lifespan.startup.failed", "message": f"fastcrag serve: {service.reason(exc)}"})
+            return
+        runner = Runner(service)
+        task = asyncio.create_task(runner.run_forever())
+        stack.push_async_callback(runner.stop)
+        stack.push_async_callback(_cancel, task)
         if "state" in scope:
             scope["state"]["service"] = service
         checkpoints = describe(service.settings.checkpoints)
@@ -189,6 +216,12 @@ class Server:
             await send({"type": "lifespan.shutdown.failed", "message": f"fastcrag serve: {service.reason(exc)}"})
             return
         await send({"type": "lifespan.shutdown.complete"})
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(BaseException):
+        await task
 
 
 def create_app(start: StartService | None = None, settings: Settings | None = None) -> Server:

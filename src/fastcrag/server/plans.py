@@ -106,7 +106,15 @@ async def plan_run(request: Request, service: Service, thread_id: str | None) ->
     Raises:
         HTTPException: 404 for another assistant, 413 for a large body, 422 for anything not served or invalid.
     """
-    body = await read_json(request, service.limits.max_body_bytes)
+    return plan_of(await read_json(request, service.limits.max_body_bytes), thread_id)
+
+
+def plan_of(body: dict[str, Any], thread_id: str | None, run_id: str | None = None) -> RunPlan:
+    """Validate a run request's body (a background run is planned again, under its id, by the worker that runs it).
+
+    Raises:
+        HTTPException: 404 for another assistant, 422 for anything not served or invalid.
+    """
     check_assistant(body.get("assistant_id"))
     for name in UNSUPPORTED:
         if body.get(name):
@@ -121,7 +129,7 @@ async def plan_run(request: Request, service: Service, thread_id: str | None) ->
         raise HTTPException(
             422, f"multitask_strategy must be one of {', '.join(MULTITASK)} (the graph's runs are never interrupted)"
         )
-    run_id = str(uuid.uuid4())
+    run_id = run_id or str(uuid.uuid4())
     return RunPlan(
         run_id=run_id,
         thread_id=thread_id,

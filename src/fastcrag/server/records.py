@@ -29,7 +29,12 @@ class ThreadRecord:
 
 
 class ThreadRecords(Protocol):
-    """Where thread records are kept."""
+    """Where thread records are kept (the background-run queue shares the database: `execute`, `placeholder`)."""
+
+    placeholder: str
+
+    async def execute(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+        """Run one statement; its rows."""
 
     async def setup(self) -> None:
         """Create the table when missing (safe to run from several workers at once)."""
@@ -122,11 +127,14 @@ def _record(row: Any) -> ThreadRecord:
 class PostgresThreadRecords:
     """Thread records in the Postgres database of an `AsyncPostgresSaver` (its pool or connection)."""
 
+    placeholder = "%s"
+
     def __init__(self, conn: Any) -> None:
         """Use `conn`: a psycopg `AsyncConnectionPool` or `AsyncConnection`."""
         self._conn = conn
 
-    async def _execute(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+    async def execute(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+        """Run one statement on a pooled connection (autocommit); its rows."""
         from psycopg_pool import AsyncConnectionPool  # lazy: psycopg is the optional `postgres` extra
 
         if isinstance(self._conn, AsyncConnectionPool):
@@ -145,7 +153,7 @@ class PostgresThreadRecords:
 
     async def setup(self) -> None:
         """Create the table; an advisory lock keeps concurrent workers from racing on the catalogue."""
-        await self._execute(
+        await self.execute(
             "DO $$ BEGIN PERFORM pg_advisory_xact_lock(hashtext('fastcrag_threads_setup')); "
             f"CREATE TABLE IF NOT EXISTS {TABLE} (thread_id TEXT PRIMARY KEY, "
             "created_at TIMESTAMPTZ NOT NULL, updated_at TIMESTAMPTZ NOT NULL, "
@@ -157,7 +165,7 @@ class PostgresThreadRecords:
     async def create(self, thread_id: str, metadata: dict[str, Any]) -> ThreadRecord | None:
         """Insert a thread; None when it exists."""
         now = _now()
-        rows = await self._execute(
+        rows = await self.execute(
             f"INSERT INTO {TABLE} (thread_id, created_at, updated_at, metadata) VALUES (%s, %s, %s, %s::jsonb) "
             "ON CONFLICT (thread_id) DO NOTHING RETURNING thread_id, created_at, updated_at, metadata",
             (thread_id, now, now, json.dumps(metadata)),
@@ -166,18 +174,18 @@ class PostgresThreadRecords:
 
     async def get(self, thread_id: str) -> ThreadRecord | None:
         """The thread's record, or None."""
-        rows = await self._execute(
+        rows = await self.execute(
             f"SELECT thread_id, created_at, updated_at, metadata FROM {TABLE} WHERE thread_id = %s", (thread_id,)
         )
         return self._row(rows[0]) if rows else None
 
     async def touch(self, thread_id: str) -> None:
         """Set `updated_at` to now."""
-        await self._execute(f"UPDATE {TABLE} SET updated_at = %s WHERE thread_id = %s", (_now(), thread_id))
+        await self.execute(f"UPDATE {TABLE} SET updated_at = %s WHERE thread_id = %s", (_now(), thread_id))
 
     async def claim(self, thread_id: str, run_id: str, seconds: float) -> bool:
         """Take the lease (times on the database's clock, so workers' clocks need not agree)."""
-        rows = await self._execute(
+        rows = await self.execute(
             f"INSERT INTO {RUNS} (thread_id, run_id, expires_at) "
             "VALUES (%s, %s, clock_timestamp() + make_interval(secs => %s)) ON CONFLICT (thread_id) DO UPDATE "
             "SET run_id = excluded.run_id, expires_at = excluded.expires_at "
@@ -188,13 +196,13 @@ class PostgresThreadRecords:
 
     async def release(self, thread_id: str, run_id: str) -> None:
         """Give back the lease."""
-        await self._execute(f"DELETE FROM {RUNS} WHERE thread_id = %s AND run_id = %s", (thread_id, run_id))
+        await self.execute(f"DELETE FROM {RUNS} WHERE thread_id = %s AND run_id = %s", (thread_id, run_id))
 
     async def search(self, query: ThreadQuery) -> list[ThreadRecord]:
         """Matching records (`metadata @>`), sorted and paginated in the database."""
         order = f"{query.sort_by} {'DESC' if query.descending else 'ASC'}, thread_id"  # sort_by is checked: SORTABLE
         ids = " AND thread_id = ANY(%s)" if query.ids else ""
-        rows = await self._execute(
+        rows = await self.execute(
             f"SELECT thread_id, created_at, updated_at, metadata FROM {TABLE} WHERE metadata @> %s::jsonb{ids} "
             f"ORDER BY {order} LIMIT %s OFFSET %s",
             (json.dumps(query.metadata), *([list(query.ids)] if query.ids else []), query.limit, query.offset),
@@ -203,7 +211,7 @@ class PostgresThreadRecords:
 
     async def count(self, metadata: dict[str, Any]) -> int:
         """How many records hold `metadata`."""
-        rows = await self._execute(
+        rows = await self.execute(
             f"SELECT count(*) AS n FROM {TABLE} WHERE metadata @> %s::jsonb", (json.dumps(metadata),)
         )
         row = rows[0]
@@ -211,7 +219,7 @@ class PostgresThreadRecords:
 
     async def update(self, thread_id: str, metadata: dict[str, Any]) -> ThreadRecord | None:
         """Merge `metadata` (top-level keys) and set `updated_at`."""
-        rows = await self._execute(
+        rows = await self.execute(
             f"UPDATE {TABLE} SET metadata = metadata || %s::jsonb, updated_at = %s WHERE thread_id = %s "
             "RETURNING thread_id, created_at, updated_at, metadata",
             (json.dumps(metadata), _now(), thread_id),
@@ -220,15 +228,15 @@ class PostgresThreadRecords:
 
     async def delete(self, thread_id: str) -> bool:
         """Remove the record and its lease."""
-        rows = await self._execute(f"DELETE FROM {TABLE} WHERE thread_id = %s RETURNING thread_id", (thread_id,))
-        await self._execute(f"DELETE FROM {RUNS} WHERE thread_id = %s", (thread_id,))
+        rows = await self.execute(f"DELETE FROM {TABLE} WHERE thread_id = %s RETURNING thread_id", (thread_id,))
+        await self.execute(f"DELETE FROM {RUNS} WHERE thread_id = %s", (thread_id,))
         return bool(rows)
 
     async def busy(self, thread_ids: list[str]) -> set[str]:
         """Threads whose lease is held (the database's clock)."""
         if not thread_ids:
             return set()
-        rows = await self._execute(
+        rows = await self.execute(
             f"SELECT thread_id FROM {RUNS} WHERE thread_id = ANY(%s) AND expires_at >= clock_timestamp()",
             (thread_ids,),
         )
@@ -238,12 +246,15 @@ class PostgresThreadRecords:
 class SqliteThreadRecords:
     """Thread records in the SQLite file of an `AsyncSqliteSaver`, sharing its connection and lock."""
 
+    placeholder = "?"
+
     def __init__(self, conn: Any, lock: Any) -> None:
         """Use the saver's aiosqlite connection and its `asyncio.Lock`."""
         self._conn = conn
         self._lock = lock
 
-    async def _execute(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+    async def execute(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+        """Run one statement under the saver's lock, and commit; its rows."""
         async with self._lock:
             cursor = await self._conn.execute(sql, params)
             rows = list(await cursor.fetchall())
@@ -253,11 +264,11 @@ class SqliteThreadRecords:
 
     async def setup(self) -> None:
         """Create the table when missing."""
-        await self._execute(
+        await self.execute(
             f"CREATE TABLE IF NOT EXISTS {TABLE} (thread_id TEXT PRIMARY KEY, created_at TEXT NOT NULL, "
             "updated_at TEXT NOT NULL, metadata TEXT NOT NULL DEFAULT '{}')"
         )
-        await self._execute(
+        await self.execute(
             f"CREATE TABLE IF NOT EXISTS {RUNS} (thread_id TEXT PRIMARY KEY, run_id TEXT NOT NULL, "
             "expires_at REAL NOT NULL)"
         )
@@ -265,7 +276,7 @@ class SqliteThreadRecords:
     async def create(self, thread_id: str, metadata: dict[str, Any]) -> ThreadRecord | None:
         """Insert a thread; None when it exists."""
         now = _now().isoformat()
-        rows = await self._execute(
+        rows = await self.execute(
             f"INSERT INTO {TABLE} (thread_id, created_at, updated_at, metadata) VALUES (?, ?, ?, ?) "
             "ON CONFLICT (thread_id) DO NOTHING RETURNING thread_id, created_at, updated_at, metadata",
             (thread_id, now, now, json.dumps(metadata)),
@@ -274,19 +285,19 @@ class SqliteThreadRecords:
 
     async def get(self, thread_id: str) -> ThreadRecord | None:
         """The thread's record, or None."""
-        rows = await self._execute(
+        rows = await self.execute(
             f"SELECT thread_id, created_at, updated_at, metadata FROM {TABLE} WHERE thread_id = ?", (thread_id,)
         )
         return _record(rows[0]) if rows else None
 
     async def touch(self, thread_id: str) -> None:
         """Set `updated_at` to now."""
-        await self._execute(f"UPDATE {TABLE} SET updated_at = ? WHERE thread_id = ?", (_now().isoformat(), thread_id))
+        await self.execute(f"UPDATE {TABLE} SET updated_at = ? WHERE thread_id = ?", (_now().isoformat(), thread_id))
 
     async def claim(self, thread_id: str, run_id: str, seconds: float) -> bool:
         """Take the lease (one machine: its clock)."""
         now = time.time()
-        rows = await self._execute(
+        rows = await self.execute(
             f"INSERT INTO {RUNS} (thread_id, run_id, expires_at) VALUES (?, ?, ?) ON CONFLICT (thread_id) DO UPDATE "
             f"SET run_id = excluded.run_id, expires_at = excluded.expires_at WHERE {RUNS}.expires_at < ? "
             "RETURNING run_id",
@@ -296,10 +307,10 @@ class SqliteThreadRecords:
 
     async def release(self, thread_id: str, run_id: str) -> None:
         """Give back the lease."""
-        await self._execute(f"DELETE FROM {RUNS} WHERE thread_id = ? AND run_id = ?", (thread_id, run_id))
+        await self.execute(f"DELETE FROM {RUNS} WHERE thread_id = ? AND run_id = ?", (thread_id, run_id))
 
     async def _all(self) -> list[ThreadRecord]:
-        rows = await self._execute(f"SELECT thread_id, created_at, updated_at, metadata FROM {TABLE}")
+        rows = await self.execute(f"SELECT thread_id, created_at, updated_at, metadata FROM {TABLE}")
         return [_record(r) for r in rows]
 
     async def search(self, query: ThreadQuery) -> list[ThreadRecord]:
@@ -324,7 +335,7 @@ class SqliteThreadRecords:
         if record is None:
             return None
         merged = {**record.metadata, **metadata}
-        rows = await self._execute(
+        rows = await self.execute(
             f"UPDATE {TABLE} SET metadata = ?, updated_at = ? WHERE thread_id = ? "
             "RETURNING thread_id, created_at, updated_at, metadata",
             (json.dumps(merged), _now().isoformat(), thread_id),
@@ -333,8 +344,8 @@ class SqliteThreadRecords:
 
     async def delete(self, thread_id: str) -> bool:
         """Remove the record and its lease."""
-        rows = await self._execute(f"DELETE FROM {TABLE} WHERE thread_id = ? RETURNING thread_id", (thread_id,))
-        await self._execute(f"DELETE FROM {RUNS} WHERE thread_id = ?", (thread_id,))
+        rows = await self.execute(f"DELETE FROM {TABLE} WHERE thread_id = ? RETURNING thread_id", (thread_id,))
+        await self.execute(f"DELETE FROM {RUNS} WHERE thread_id = ?", (thread_id,))
         return bool(rows)
 
     async def busy(self, thread_ids: list[str]) -> set[str]:
@@ -342,7 +353,7 @@ class SqliteThreadRecords:
         if not thread_ids:
             return set()
         marks = ", ".join("?" for _ in thread_ids)
-        rows = await self._execute(
+        rows = await self.execute(
             f"SELECT thread_id FROM {RUNS} WHERE thread_id IN ({marks}) AND expires_at >= ?", (*thread_ids, time.time())
         )
         return {str(r[0]) for r in rows}

@@ -118,10 +118,14 @@ async def _plan(request: Request, service: Service) -> RunPlan:
     return await plan_run(request, service, None if thread_id is None else valid_thread_id(thread_id))
 
 
-async def run_wait(request: Request) -> Response:
-    """`POST /runs/wait` and `POST /threads/{id}/runs/wait`: run to the end and return the output values."""
-    service = service_of(request)
-    plan = await _plan(request, service)
+async def execute(service: Service, plan: RunPlan) -> tuple[dict[str, Any], str | None]:
+    """Run a plan to its end under the thread's lease: its output, and how it failed (`timeout`, `error`) or None.
+
+    A run that cannot finish ends in the graph's abstention with the redacted reason.
+
+    Raises:
+        HTTPException: 404 for an unknown thread, 409 for a busy one under `reject`.
+    """
     graph = _graph_for(service, plan)
     claimed = False
     try:
@@ -133,12 +137,20 @@ async def run_wait(request: Request) -> Response:
     except HTTPException:
         raise
     except Exception as exc:
-        output = failure_output(service, plan, _failure_reason(service, plan, exc))
+        kind = "timeout" if isinstance(exc, TimeoutError) else "error"
+        return failure_output(service, plan, _failure_reason(service, plan, exc)), kind
     else:
         await _touch(service, plan)
     finally:
         if claimed:
             await _release(service, plan)
+    return output, None
+
+
+async def run_wait(request: Request) -> Response:
+    """`POST /runs/wait` and `POST /threads/{id}/runs/wait`: run to the end and return the output values."""
+    service = service_of(request)
+    output, _ = await execute(service, await _plan(request, service))
     return Response(service.scrub(dumps(output)), media_type="application/json")
 
 

@@ -23,6 +23,7 @@ from fastcrag.config.settings import Settings, redact_url, url_passwords
 from fastcrag.graph.builder import build_graph
 from fastcrag.graph.checkpoints import open_checkpointer
 from fastcrag.server.limits import ServeSettings
+from fastcrag.server.queue import RunQueue
 from fastcrag.server.records import ThreadRecords, thread_records
 
 
@@ -37,11 +38,13 @@ class Service:
     threads: ThreadRecords
     limits: ServeSettings
     secrets: list[str] = field(init=False)
+    queue: RunQueue = field(init=False)
     started: datetime = field(default_factory=lambda: datetime.now(UTC))
 
     def __post_init__(self) -> None:
-        """Collect the secrets that responses and logs must never carry."""
+        """Collect the secrets that responses and logs must never carry; queue background runs beside the threads."""
         self.secrets = configured_secrets(self.settings)
+        self.queue = RunQueue(self.threads)
 
     @property
     def settings(self) -> Settings:

@@ -242,7 +242,10 @@ async def delete_thread(request: Request) -> Response:
     service = service_of(request)
     thread_id, _ = await _known(service, request)
     await refuse_busy(service, thread_id)
+    if await store_call(service, "reading the queue", service.queue.active(thread_id)):
+        raise HTTPException(409, f"thread {thread_id} has background runs pending; cancel them first")
     await store_call(service, "deleting the checkpoints", service.saver.adelete_thread(thread_id))
+    await store_call(service, "deleting its runs", service.queue.forget_thread(thread_id))
     await store_call(service, "deleting the thread", service.threads.delete(thread_id))
     return Response(status_code=204)
 
