@@ -314,7 +314,7 @@ def test_sdk_thread_management_history_and_state_on_postgres(served: Served) -> 
     listed_runs = client.runs.list(first, limit=10)
     assert [r["run_id"] for r in listed_runs][:3] == [r["run_id"] for r in reversed(runs)]
     pending = client.runs.create(first, "crag", input={"question": QUESTIONS[0]}, multitask_strategy="enqueue")
-    client.runs.cancel(first, pending["run_id"])
+    client.runs.cancel(first, pending["run_id"], wait=True)
     assert client.runs.get(first, pending["run_id"])["status"] in ("interrupted", "success")  # it may have finished
     for thread_id in (first, copy["thread_id"]):
         client.threads.delete(thread_id)
