@@ -195,6 +195,17 @@ def test_rerank_weight_follows_the_held_out_order_and_needs_a_real_gain() -> Non
     weight, objective = choose_weight(misled)
     assert weight < 1.0 and misled[weight] == 1.0 and "nDCG@10" in objective
     assert choose_weight({**{w: 0.5 for w in misled}, 0.3: 0.505})[0] == 1.0  # a gain under ORDER_GAIN: no mix
+    # `sources` labels judge documents: a source's second chunk adds nothing
+    by_source = [
+        Labelled(
+            FitQuestion(0, "q0", sources=("s1",)),
+            [Candidate(f"c{j}", f"s{1 + j // 2}", f"t{j}", j < 2) for j in range(4)],
+        )
+    ]
+    grader = Fixed({"t0": 0.9, "t1": 0.6, "t2": 0.8, "t3": 0.5})  # chunks of s1, s1, s2, s2: s1, s2, s1, s2
+    assert order_curve(grader, by_source, top_k=4)[1.0] == 1.0  # per chunk it would be below 1
+    per_chunk = [Labelled(FitQuestion(0, "q0", answers=("x",)), by_source[0].candidates)]
+    assert order_curve(grader, per_chunk, top_k=4)[1.0] < 1.0
 
 
 def test_install_puts_the_fit_beside_the_index_and_components_use_it(

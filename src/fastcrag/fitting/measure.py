@@ -147,21 +147,36 @@ def ndcg(relevant: Sequence[bool], depth: int = ORDER_DEPTH) -> float:
     return float(dcg / ideal) if ideal else 0.0
 
 
-def order_curve(grader: Reranker, items: Sequence[Labelled], top_k: int) -> dict[float, float]:
-    """Mean nDCG@10 of the evidence chunks over held-out answerable questions, for each `rerank_weight` in `WEIGHTS`.
+def _judged(item: Labelled, order: Sequence[int], view: Sequence[Any]) -> list[bool]:
+    """The ranked candidates' relevance at the granularity of the question's labels.
 
-    The candidates are the first `top_k` of the first pass, ordered as the graph orders them (`fused_order`). Scores
-    come from `grader`: pass the `CachingReranker` that observed the held-out part, so nothing is scored twice.
+    `answers` label chunks; `sources` label documents, so a source counts once, at its best-ranked chunk.
     """
-    lists: list[tuple[list[float], list[bool]]] = []
+    if not item.question.sources:
+        return [view[i].evidence for i in order]
+    seen: set[str] = set()
+    ranked = []
+    for i in order:
+        if view[i].source not in seen:
+            seen.add(view[i].source)
+            ranked.append(view[i].evidence)
+    return ranked
+
+
+def order_curve(grader: Reranker, items: Sequence[Labelled], top_k: int) -> dict[float, float]:
+    """Mean nDCG@10 of the evidence over held-out answerable questions, for each `rerank_weight` in `WEIGHTS`.
+
+    The candidates are the first `top_k` of the first pass, ordered as the graph orders them (`fused_order`), judged
+    per chunk (`answers` labels) or per source (`sources` labels). Scores come from `grader`: pass the
+    `CachingReranker` that observed the held-out part, so nothing is scored twice.
+    """
+    lists: list[tuple[Labelled, list[Any], list[float]]] = []
     for item in items:
         view = item.answerable_view(top_k)
         if item.question.answerable and any(c.evidence for c in view):
-            lists.append(
-                (checked_scores(grader, item.question.question, [c.text for c in view]), [c.evidence for c in view])
-            )
+            lists.append((item, view, checked_scores(grader, item.question.question, [c.text for c in view])))
     return {
-        w: round(float(np.mean([ndcg([rel[i] for i in fused_order(sc, w)]) for sc, rel in lists])), 4) if lists else 0.0
+        w: round(float(np.mean([ndcg(_judged(it, fused_order(sc, w), v)) for it, v, sc in lists])), 4) if lists else 0.0
         for w in WEIGHTS
     }
 
