@@ -70,12 +70,13 @@ BEFORE = {"embedder": "sentence-transformers", "top_k": 20, "grade_batch": 0}
 LEVERS: dict[str, dict[str, Any]] = {
     "before: fp32 embedder, top_k 20, all graded": BEFORE,
     "int8 query embedder": {**BEFORE, "embedder": "onnx-int8"},
+    "early exit, batches of 10": {**BEFORE, "grade_batch": 10},
     "early exit, batches of 5": {**BEFORE, "grade_batch": 5},
-    "early exit, batches of 3": {**BEFORE, "grade_batch": 3},
     "top_k 15": {**BEFORE, "top_k": 15},
     "top_k 10": {**BEFORE, "top_k": 10},
-    "int8 + early exit 5 (the defaults)": {**BEFORE, "embedder": "onnx-int8", "grade_batch": 5},
-    "int8 + early exit 5 + top_k 10": {"embedder": "onnx-int8", "grade_batch": 5, "top_k": 10},
+    "int8 + early exit 10 (the defaults)": {**BEFORE, "embedder": "onnx-int8", "grade_batch": 10},
+    "int8 + early exit 5": {**BEFORE, "embedder": "onnx-int8", "grade_batch": 5},
+    "int8 + top_k 10": {**BEFORE, "embedder": "onnx-int8", "top_k": 10},
 }
 
 
