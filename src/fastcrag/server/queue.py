@@ -14,7 +14,9 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
+
+from fastcrag.server.records import ThreadRecords
 
 TABLE = "fastcrag_runs"
 MAX_ATTEMPTS = 2
@@ -22,16 +24,6 @@ MAX_ATTEMPTS = 2
 STATUSES = ("pending", "running", "success", "error", "timeout", "interrupted")
 FINISHED = frozenset({"success", "error", "timeout", "interrupted"})
 COLUMNS = "run_id, thread_id, status, body, metadata, multitask, created, updated, attempts, cancel, error"
-
-
-class Executes(Protocol):
-    """What the queue needs of the thread records: SQL on the checkpoints' database, and its placeholder."""
-
-    placeholder: str
-
-    async def execute(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
-        """Run one statement; its rows."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -77,7 +69,7 @@ def _row(row: Any) -> QueuedRun:
 class RunQueue:
     """The background-run table beside the thread records (Postgres or SQLite: the SQL is the same but for `%s`)."""
 
-    def __init__(self, db: Executes) -> None:
+    def __init__(self, db: ThreadRecords) -> None:
         """Queue runs in `db`'s database."""
         self.db = db
         self.postgres = db.placeholder == "%s"
