@@ -77,6 +77,7 @@ LEVERS: dict[str, dict[str, Any]] = {
     "int8 + early exit 10 (the defaults)": {**BEFORE, "embedder": "onnx-int8", "grade_batch": 10},
     "int8 + early exit 5": {**BEFORE, "embedder": "onnx-int8", "grade_batch": 5},
     "int8 + top_k 10": {**BEFORE, "embedder": "onnx-int8", "top_k": 10},
+    "int8 + early exit 10 + top_k 15": {"embedder": "onnx-int8", "grade_batch": 10, "top_k": 15},
 }
 
 

@@ -19,14 +19,15 @@ from fastcrag.evaluation import report as rp
 from fastcrag.evaluation.common import DEFAULT_INDEX_CACHE, cached_corpus_store, machine_note, progress, set_threads
 from fastcrag.evaluation.runlog import ResultLog
 from fastcrag.grading.reranker import checked_scores, default_reranker_spec, load_reranker
+from fastcrag.retrieval.embeddings import default_embeddings
 from fastcrag.retrieval.hybrid import fuse, fused_order
 from fastcrag.retrieval.loaders import load_documents
 
-VERSION = 2  # 2: lexical and hybrid first passes; the reranker reorders the configured first pass
+VERSION = 3  # 2: lexical and hybrid first passes; the reranker reorders the configured first pass; 3: the embedder
 KEEP = 100  # documents kept per query and system (recall@100 needs 100)
 MEASURES = ("nDCG@10", "R@10", "R@20", "R@100")
 FIRST_PASSES = ("dense", "lexical", "hybrid")
-LABELS = {"dense": "dense (all-MiniLM-L6-v2)", "lexical": "lexical (BM25)", "hybrid": "hybrid (dense + BM25, RRF)"}
+LABELS = {"dense": "dense ({embedder})", "lexical": "lexical (BM25)", "hybrid": "hybrid (dense + BM25, RRF)"}
 
 
 @dataclass
@@ -180,6 +181,7 @@ def run(cfg: RetrievalConfig, settings: Settings) -> int:
         "depth": cfg.depth,
         "reranker": grader.name,
         "reranked_first_pass": settings.retrieval,
+        "embedder": default_embeddings(settings.embedder).name,
         "chunk_tokens": settings.chunk_tokens,
         "chunk_overlap": settings.chunk_overlap,
     }
@@ -252,7 +254,8 @@ def write_report(
     first_pass = str(log.config.get("reranked_first_pass", "dense"))
     if records:
         for name in FIRST_PASSES:
-            systems[LABELS[name]] = evaluate(qrels, {q: r[name] for q, r in records.items()})
+            label = LABELS[name].format(embedder=log.config.get("embedder", "all-MiniLM-L6-v2"))
+            systems[label] = evaluate(qrels, {q: r[name] for q, r in records.items()})
         systems[f"{first_pass} + reranker ({grader}, top {cfg.depth})"] = evaluate(
             qrels, {q: r["rr"] for q, r in records.items()}
         )
@@ -271,7 +274,7 @@ def write_report(
         rp.completion_note(len(records), total),
         "",
         f"- Corpus `{cfg.beir}` chunked as `fastcrag index` chunks; document score = best chunk. First passes "
-        "over the same index: dense (all-MiniLM-L6-v2 cosine), lexical (BM25 over stemmed words, the index's "
+        "over the same index: dense (the embedder's cosine), lexical (BM25 over stemmed words, the index's "
         "lexical.npz) and hybrid (both fused by reciprocal rank fusion, k = 60). Reranker: "
         f"`{grader}` over the {first_pass} first pass's chunks of its top {cfg.depth} documents.",
         f"- Metrics by ir-measures (pytrec_eval): {', '.join(MEASURES)}; R@100 of the reranked run "
