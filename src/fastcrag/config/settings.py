@@ -24,10 +24,11 @@ DEFAULT_RETRIEVAL: RetrievalMode = "hybrid"
 #: build takes (past it the build goes to disk), and the search breadth `FASTRAG_EF_SEARCH` defaults to.
 #: `fastcrag bench-store` at 100k MiniLM-shaped vectors measured recall@10 0.87 at ef_search 40 (pgvector's
 #: default), 0.95 at 100 and 0.98 at 200; at 1M, 0.84 at 100 and 0.95 at 400 (docs/RESULTS.md, docs/DEPLOY.md).
-#: Band-preserving early exit: candidates graded per batch. `fastcrag eval abstention` (120 questions, int8 embedder):
-#: batches of 10 keep truthfulness within 0.01 of grading all 20 (-0.167 vs -0.158); batches of 5 lose 0.03
-#: (docs/RESULTS.md).
-GRADE_BATCH = 10
+#: Candidates graded per question, and the band-preserving early exit's batch. Chosen together with the int8 embedder
+#: in one `fastcrag bench-speed` levers run and `fastcrag eval abstention` / `eval retrieval` runs (docs/RESULTS.md):
+#: retrieval total P50 128 ms vs 194 ms for the earlier defaults (fp32, 20, all graded), truthfulness -0.150 vs
+#: -0.158, SciFact nDCG@10 0.660 vs 0.648; batches of 5 lost 0.03 truthfulness.
+TOP_K, GRADE_BATCH = 15, 10
 HNSW_M, HNSW_EF_CONSTRUCTION, HNSW_BUILD_MEMORY_MB, DEFAULT_EF_SEARCH = 16, 64, 2048, 100
 
 # The per-run knobs' types and bounds, declared once: `Settings` (the environment), `Context` (a run's overrides)
@@ -95,7 +96,7 @@ class Settings(BaseSettings):
         description="First-pass retrieval: dense, lexical (BM25 over FAISS, full-text search over Postgres) or hybrid "
         "(both, fused by RRF).",
     )
-    top_k: int = Field(20, ge=1, le=200, description="Candidates retrieved and reranked.")
+    top_k: int = Field(TOP_K, ge=1, le=200, description="Candidates retrieved and reranked.")
     grade_batch: int = Field(
         GRADE_BATCH,
         ge=0,

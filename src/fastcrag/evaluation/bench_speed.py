@@ -74,10 +74,10 @@ LEVERS: dict[str, dict[str, Any]] = {
     "early exit, batches of 5": {**BEFORE, "grade_batch": 5},
     "top_k 15": {**BEFORE, "top_k": 15},
     "top_k 10": {**BEFORE, "top_k": 10},
-    "int8 + early exit 10 (the defaults)": {**BEFORE, "embedder": "onnx-int8", "grade_batch": 10},
+    "int8 + early exit 10": {**BEFORE, "embedder": "onnx-int8", "grade_batch": 10},
     "int8 + early exit 5": {**BEFORE, "embedder": "onnx-int8", "grade_batch": 5},
     "int8 + top_k 10": {**BEFORE, "embedder": "onnx-int8", "top_k": 10},
-    "int8 + early exit 10 + top_k 15": {"embedder": "onnx-int8", "grade_batch": 10, "top_k": 15},
+    "int8 + early exit 10 + top_k 15 (the defaults)": {"embedder": "onnx-int8", "grade_batch": 10, "top_k": 15},
 }
 
 
