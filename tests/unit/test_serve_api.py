@@ -365,6 +365,13 @@ def test_a_lease_expires_and_only_its_holder_releases_it(tmp_path: Path) -> None
     asyncio.run(scenario())
 
 
+def test_assistant_count_and_subgraphs(client: TestClient) -> None:
+    assert client.post("/assistants/count", json={}).json() == 1
+    assert client.post("/assistants/count", json={"graph_id": "other"}).json() == 0
+    assert client.get(f"/assistants/{ASSISTANT_ID}/subgraphs").json() == {}
+    assert client.get("/assistants/nope/subgraphs").status_code == 404
+
+
 def test_assistant_search_filters_and_refuses_bad_metadata(client: TestClient) -> None:
     assert [a["graph_id"] for a in client.post("/assistants/search", json={}).json()] == ["crag"]
     assert client.post("/assistants/search", json={"graph_id": "other", "metadata": {"k": "v"}}).json() == []

@@ -5,7 +5,8 @@ answers the subset of the LangGraph server API that `langgraph_sdk` (`get_client
 `langgraph.pregel.remote.RemoteGraph` use, so both work unchanged:
 
     GET  /ok                                       liveness (never needs the key)
-    POST /assistants/search                        the one assistant, `crag` (graph id) = ASSISTANT_ID
+    POST /assistants/search  /assistants/count     the one assistant, `crag` (graph id) = ASSISTANT_ID
+    GET  /assistants/{id}/subgraphs                none: the graph has no subgraphs
     GET  /assistants/{id}  /assistants/{id}/schemas  /assistants/{id}/graph
     POST /threads                                  create a thread (recorded beside the checkpoints)
     GET  /threads/{id}  PATCH /threads/{id}  DELETE /threads/{id}   read, merge metadata, delete (with checkpoints)
@@ -56,7 +57,15 @@ from starlette.types import Receive, Scope, Send
 from fastcrag.config.settings import Settings
 from fastcrag.graph.checkpoints import describe
 from fastcrag.server import console
-from fastcrag.server.assistants import GRAPH_ID, assistant_graph, assistant_schemas, get_assistant, search_assistants
+from fastcrag.server.assistants import (
+    GRAPH_ID,
+    assistant_graph,
+    assistant_schemas,
+    assistant_subgraphs,
+    count_assistants,
+    get_assistant,
+    search_assistants,
+)
 from fastcrag.server.background import (
     Runner,
     cancel_run,
@@ -106,12 +115,9 @@ NOT_SERVED: dict[str, tuple[str, ...]] = {
     "/runs/crons/{cron_id}": ("PATCH", "DELETE"),
     "/threads/prune": ("POST",),
     "/assistants": ("POST",),
-    "/assistants/count": ("POST",),
     "/assistants/{assistant_id}": ("PATCH", "DELETE"),
     "/assistants/{assistant_id}/versions": ("POST",),
     "/assistants/{assistant_id}/latest": ("POST",),
-    "/assistants/{assistant_id}/subgraphs": ("GET",),
-    "/assistants/{assistant_id}/subgraphs/{namespace}": ("GET",),
     "/store/items": ("GET", "PUT", "DELETE"),
     "/store/items/search": ("POST",),
     "/store/namespaces": ("POST",),
@@ -131,6 +137,9 @@ def routes() -> list[Route]:
         Route("/ok", ok, methods=["GET"]),
         Route("/info", info, methods=["GET"]),
         Route("/assistants/search", search_assistants, methods=["POST"]),
+        Route("/assistants/count", count_assistants, methods=["POST"]),
+        Route("/assistants/{assistant_id}/subgraphs", assistant_subgraphs, methods=["GET"]),
+        Route("/assistants/{assistant_id}/subgraphs/{namespace}", assistant_subgraphs, methods=["GET"]),
         Route("/assistants/{assistant_id}", get_assistant, methods=["GET"]),
         Route("/assistants/{assistant_id}/schemas", assistant_schemas, methods=["GET"]),
         Route("/assistants/{assistant_id}/graph", assistant_graph, methods=["GET"]),

@@ -51,8 +51,8 @@ def _int(value: Any, default: int) -> int:
     return value
 
 
-async def search_assistants(request: Request) -> Response:
-    """`POST /assistants/search`: the one assistant when it matches the filters."""
+async def _matching(request: Request) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The assistants matching a search or count body (`graph_id`, `name`, `metadata`), and the body."""
     service = service_of(request)
     body = await read_json(request, service.limits.max_body_bytes)
     graph_id, name, metadata = body.get("graph_id"), body.get("name"), body.get("metadata") or {}
@@ -65,8 +65,26 @@ async def search_assistants(request: Request) -> Response:
         and (name is None or str(name) in GRAPH_ID)
         and all(a["metadata"].get(k) == v for k, v in metadata.items())
     ]
+    return found, body
+
+
+async def search_assistants(request: Request) -> Response:
+    """`POST /assistants/search`: the one assistant when it matches the filters."""
+    found, body = await _matching(request)
     offset, limit = _int(body.get("offset"), 0), _int(body.get("limit"), 10)
     return OrjsonResponse(found[offset : offset + limit])
+
+
+async def count_assistants(request: Request) -> Response:
+    """`POST /assistants/count`: 1 when the one assistant matches the filters, else 0."""
+    found, _ = await _matching(request)
+    return OrjsonResponse(len(found))
+
+
+async def assistant_subgraphs(request: Request) -> Response:
+    """`GET /assistants/{id}/subgraphs[/{namespace}]`: the graph has no subgraphs."""
+    check_assistant(request.path_params["assistant_id"])
+    return OrjsonResponse({})
 
 
 async def get_assistant(request: Request) -> Response:
