@@ -158,8 +158,12 @@ def test_runs_wait_answers_with_the_trace(server: Server) -> None:
     assert crag["retrieval"] == "hybrid" and crag["rewriter"] is None
     thresholds = crag["thresholds"]
     assert 0 <= thresholds["reranker_threshold"] <= thresholds["crag_upper"] <= 1
-    scores = [v["score"] for v in crag["verdicts"]]
-    assert scores == sorted(scores, reverse=True) and crag["top_score"] == pytest.approx(scores[0])
+    # graded candidates come best first; those the early exit left ungraded follow, without a score
+    graded = [v["score"] for v in crag["verdicts"] if v["verdict"] != "UNGRADED"]
+    assert graded == sorted(graded, reverse=True) and crag["top_score"] == pytest.approx(graded[0])
+    ungraded = [v for v in crag["verdicts"] if v["verdict"] == "UNGRADED"]
+    assert all(v["score"] is None for v in ungraded) and crag["verdicts"][len(graded) :] == ungraded
+    assert not ungraded or crag["band"] == "CORRECT"  # grading stops early only once a batch cleared crag_upper
     assert set(crag["timings"]) == {"retrieve_ms", "rerank_ms", "crag_ms", "generate_ms"}
 
 
