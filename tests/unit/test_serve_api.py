@@ -273,6 +273,27 @@ def test_a_background_run_is_cancelled_and_a_lost_one_taken_up_again(tmp_path: P
         assert c.delete(f"/threads/{tid}").status_code == 204
 
 
+def test_a_worker_shutting_down_gives_its_runs_back_to_the_queue(tmp_path: Path) -> None:
+    import sqlite3
+
+    with make_client(tmp_path) as c:
+        c.headers["Authorization"] = f"Bearer {KEY}"
+        c.reranker.behaviour = lambda out: (time.sleep(0.5), out)[1]  # type: ignore[attr-defined]
+        tid = c.post("/threads", json={}).json()["thread_id"]
+        run_id = c.post(f"/threads/{tid}/runs", json=RUN).json()["run_id"]
+        _until(lambda: c.get(f"/threads/{tid}/runs/{run_id}").json()["status"] == "running")
+    db = sqlite3.connect(tmp_path / "threads.sqlite")
+    status, attempts, owner = db.execute(
+        "SELECT status, attempts, owner FROM fastcrag_runs WHERE run_id = ?", (run_id,)
+    ).fetchone()
+    db.close()
+    assert (status, attempts, owner) == ("pending", 0, None)  # the next worker runs it from the start
+    with make_client(tmp_path) as c:  # a new worker over the same database takes it up
+        c.headers["Authorization"] = f"Bearer {KEY}"
+        assert c.get(f"/threads/{tid}/runs/{run_id}/join").status_code == 200
+        assert c.get(f"/threads/{tid}/runs/{run_id}").json()["status"] == "success"
+
+
 def test_json_containment_follows_postgres() -> None:
     from fastcrag.server.records import contains
 

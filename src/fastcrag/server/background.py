@@ -67,7 +67,7 @@ class Runner:
         self.service = service
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.slots = asyncio.Semaphore(CONCURRENCY)
-        self.tasks: set[asyncio.Task[None]] = set()
+        self.tasks: dict[asyncio.Task[None], str] = {}
 
     async def run_forever(self) -> None:
         """Poll the queue; a database failure is logged and retried after a pause, never fatal."""
@@ -86,16 +86,21 @@ class Runner:
                 await asyncio.sleep(POLL_S)
                 continue
             task = asyncio.create_task(self._run(job))
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
+            self.tasks[task] = job.run_id
+            task.add_done_callback(lambda done: self.tasks.pop(done, None))
 
     async def stop(self) -> None:
-        """Cancel the runs in flight (their leases expire; another worker takes them up)."""
-        for task in list(self.tasks):
+        """Stop the runs in flight and give them back to the queue, for another worker to run from the start."""
+        running = dict(self.tasks)
+        for task in running:
             task.cancel()
-        for task in list(self.tasks):
+        for task, run_id in running.items():
             with contextlib.suppress(BaseException):
                 await task
+            try:
+                await self.service.queue.requeue(run_id, self.owner)
+            except Exception as exc:  # its lease expires instead
+                log.warning("giving run %s back to the queue failed: %s", run_id, self.service.reason(exc))
 
     async def _run(self, job: QueuedRun) -> None:
         queue = self.service.queue
@@ -107,10 +112,16 @@ class Runner:
             plan = plan_of(job.body, job.thread_id, job.run_id)
             plan.multitask = "enqueue"  # admitted already: it waits for a synchronous run on its thread
             work = asyncio.create_task(execute(self.service, plan))
-            while not work.done():
-                await asyncio.wait({work}, timeout=CANCEL_POLL_S)
-                if not work.done() and await queue.cancelled(job.run_id):
-                    work.cancel()
+            try:
+                while not work.done():
+                    await asyncio.wait({work}, timeout=CANCEL_POLL_S)
+                    if not work.done() and await queue.cancelled(job.run_id):
+                        work.cancel()
+            except BaseException:  # this worker stops (or its database failed): the run stops with it
+                work.cancel()
+                with contextlib.suppress(BaseException):
+                    await work
+                raise
             if work.cancelled():
                 await queue.finish(job.run_id, self.owner, "interrupted", "cancelled while running")
                 return

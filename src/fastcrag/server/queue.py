@@ -5,7 +5,8 @@ the queue (`POLL_S` when idle) and takes the oldest pending run whose thread has
 with a lease of the run timeout plus a grace; the thread's run lease (`records.claim`) still keeps runs on one
 thread from overlapping with any other run. A run ends `success`, `error`, `timeout` or `interrupted` (cancelled).
 A worker that dies mid-run leaves its lease to expire: the run is then taken up again by another worker, at most
-`MAX_ATTEMPTS` times in all, after which it is marked `error` with that reason. Times are the workers' clocks
+`MAX_ATTEMPTS` times in all, after which it is marked `error` with that reason; a worker that shuts down gives its
+runs back to the queue at once. Times are the workers' clocks
 (leases are minutes long, so clock skew of seconds between machines does not matter).
 """
 
@@ -135,6 +136,16 @@ class RunQueue:
             "WHERE run_id = ? AND owner = ? AND status = 'running'",
             status,
             error,
+            time.time(),
+            run_id,
+            owner,
+        )
+
+    async def requeue(self, run_id: str, owner: str) -> None:
+        """Give a run this owner holds back to the queue, as if never started (its worker is shutting down)."""
+        await self._run(
+            f"UPDATE {TABLE} SET status = 'pending', owner = NULL, lease_until = NULL, attempts = attempts - 1, "
+            "updated = ? WHERE run_id = ? AND owner = ? AND status = 'running'",
             time.time(),
             run_id,
             owner,
