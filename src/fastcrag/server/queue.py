@@ -82,16 +82,22 @@ class RunQueue:
         return await self.db.execute(self._sql(sql), params)
 
     async def setup(self) -> None:
-        """Create the table when missing."""
+        """Create the table when missing (on Postgres under an advisory lock: workers start together)."""
         real = "DOUBLE PRECISION" if self.postgres else "REAL"
-        await self._run(
+        statements = [
             f"CREATE TABLE IF NOT EXISTS {TABLE} (run_id TEXT PRIMARY KEY, thread_id TEXT NOT NULL, "
             f"status TEXT NOT NULL, body TEXT NOT NULL, metadata TEXT NOT NULL, multitask TEXT NOT NULL, "
             f"created {real} NOT NULL, updated {real} NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, "
-            f"cancel INTEGER NOT NULL DEFAULT 0, error TEXT, owner TEXT, lease_until {real})"
-        )
-        await self._run(f"CREATE INDEX IF NOT EXISTS {TABLE}_queue ON {TABLE} (status, created)")
-        await self._run(f"CREATE INDEX IF NOT EXISTS {TABLE}_thread ON {TABLE} (thread_id, created)")
+            f"cancel INTEGER NOT NULL DEFAULT 0, error TEXT, owner TEXT, lease_until {real})",
+            f"CREATE INDEX IF NOT EXISTS {TABLE}_queue ON {TABLE} (status, created)",
+            f"CREATE INDEX IF NOT EXISTS {TABLE}_thread ON {TABLE} (thread_id, created)",
+        ]
+        if self.postgres:  # concurrent CREATE ... IF NOT EXISTS can still collide in the catalogue
+            locked = "; ".join(statements)
+            await self._run(f"DO $$ BEGIN PERFORM pg_advisory_xact_lock(hashtext('{TABLE}_setup')); {locked}; END $$")
+            return
+        for statement in statements:
+            await self._run(statement)
 
     async def enqueue(
         self, run_id: str, thread_id: str, body: dict[str, Any], metadata: dict[str, Any], multitask: str
