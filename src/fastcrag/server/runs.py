@@ -2,10 +2,9 @@
 
 Runs use the graph's async API (`ainvoke` / `astream`), which runs the synchronous nodes in threads: the event loop
 never blocks on a model. A run on a thread holds the thread's lease while it runs, so runs on one thread never
-overlap, on any worker; each worker executes at most `FASTRAG_MAX_CONCURRENT_RUNS` graph runs at once, the rest
-waiting their turn in arrival order. A run is capped by `FASTRAG_RUN_TIMEOUT_S`; a run that times out, or whose
-checkpointer or store fails (a Postgres that went away), ends in the graph's abstention with `crag.failure` the
-redacted reason, and the worker keeps serving.
+overlap, on any worker. A run is capped by `FASTRAG_RUN_TIMEOUT_S`; a run that times out, or whose checkpointer or
+store fails (a Postgres that went away), ends in the graph's abstention with `crag.failure` the redacted reason,
+and the worker keeps serving.
 """
 
 from __future__ import annotations
@@ -134,8 +133,7 @@ async def execute(service: Service, plan: RunPlan) -> tuple[dict[str, Any], str 
             await _ensure_thread(service, plan)
             await _claim(service, plan)
             claimed = True
-            async with service.admission.slot():
-                output = await graph.ainvoke(plan.input, plan.config, context=plan.context)
+            output = await graph.ainvoke(plan.input, plan.config, context=plan.context)
     except HTTPException:
         raise
     except Exception as exc:
@@ -156,12 +154,11 @@ async def run_wait(request: Request) -> Response:
     return Response(service.scrub(dumps(output)), media_type="application/json")
 
 
-async def _produce(service: Service, graph: Any, plan: RunPlan, queue: asyncio.Queue[Any]) -> None:
+async def _produce(graph: Any, plan: RunPlan, queue: asyncio.Queue[Any]) -> None:
     modes = list(dict.fromkeys(STREAM_MODES[m] for m in plan.stream_modes))
     try:
-        async with service.admission.slot():
-            async for mode, chunk in graph.astream(plan.input, plan.config, context=plan.context, stream_mode=modes):
-                await queue.put((mode, chunk))
+        async for mode, chunk in graph.astream(plan.input, plan.config, context=plan.context, stream_mode=modes):
+            await queue.put((mode, chunk))
     except Exception as exc:
         await queue.put(exc)
     else:
@@ -175,7 +172,7 @@ async def _events(service: Service, plan: RunPlan, failed: BaseException | None)
         await queue.put(failed)
         producer = asyncio.create_task(asyncio.sleep(0))
     else:
-        producer = asyncio.create_task(_produce(service, _graph_for(service, plan), plan, queue))
+        producer = asyncio.create_task(_produce(_graph_for(service, plan), plan, queue))
     deadline = time.monotonic() + service.limits.run_timeout_s
     try:
         while True:

@@ -10,8 +10,6 @@ checkpoint). Workers hold no state of their own: a thread's history lives in the
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -41,14 +39,12 @@ class Service:
     limits: ServeSettings
     secrets: list[str] = field(init=False)
     queue: RunQueue = field(init=False)
-    admission: Admission = field(init=False)
     started: datetime = field(default_factory=lambda: datetime.now(UTC))
 
     def __post_init__(self) -> None:
         """Collect the secrets that responses and logs must never carry; queue background runs beside the threads."""
         self.secrets = configured_secrets(self.settings)
         self.queue = RunQueue(self.threads)
-        self.admission = Admission(self.limits.max_concurrent_runs)
 
     @property
     def settings(self) -> Settings:
@@ -73,28 +69,6 @@ class Service:
         """One redacted line naming an exception."""
         first = (str(exc).strip().splitlines() or [""])[0][:300]
         return self.redact(f"{type(exc).__name__}: {first}" if first else type(exc).__name__)
-
-
-class Admission:
-    """At most `limit` graph runs at once in this worker, admitted in arrival order (0: no limit).
-
-    Runs that all share the cores at once each take as long as the slowest mix allows, and a run with more steps (a
-    rewrite, a refinement) falls behind every newer one at each step; admitted one per core, each runs at full speed
-    and waits only for the runs ahead of it.
-    """
-
-    def __init__(self, limit: int) -> None:
-        """Admit `limit` runs at once."""
-        self._slots = asyncio.Semaphore(limit) if limit > 0 else None
-
-    @contextlib.asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
-        """Hold one of the worker's run slots (waits, first come first served)."""
-        if self._slots is None:
-            yield
-            return
-        async with self._slots:
-            yield
 
 
 def redacted(text: str, secrets: list[str]) -> str:
