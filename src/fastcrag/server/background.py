@@ -125,8 +125,9 @@ class Runner:
             if work.cancelled():
                 await queue.finish(job.run_id, self.owner, "interrupted", "cancelled while running")
                 return
-            _, failed = work.result()
-            await queue.finish(job.run_id, self.owner, failed or "success", None if failed is None else failed)
+            output, failed = work.result()
+            why = (output.get("crag") or {}).get("failure") if failed else None  # the abstention's own words
+            await queue.finish(job.run_id, self.owner, failed or "success", None if why is None else str(why))
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # an HTTPException (thread gone) or a database failure: the run ends in error
