@@ -121,6 +121,78 @@ def report(capsys: pytest.CaptureFixture[str], line: str) -> None:
         print(f"\n[fastcrag server] {line}")
 
 
+def sdk_thread_and_run_calls(url: str, api_key: str | None) -> None:
+    """The calls a chat UI and Studio make: list, restore, edit, fork, copy and delete threads; background runs.
+
+    Shared by `fastcrag serve` (test_serve.py) and `langgraph dev` (below), so both servers are held to the same
+    client behaviour.
+    """
+    import asyncio
+    import uuid
+
+    from langgraph_sdk import get_client, get_sync_client
+
+    client = get_sync_client(url=url, api_key=api_key)
+    user = f"user-{uuid.uuid4().hex[:8]}"  # the module's server is shared: this test's threads carry their own tag
+    first = client.threads.create(metadata={"user": user, "topic": "with"})["thread_id"]
+    second = client.threads.create(metadata={"user": user, "topic": "yield"})["thread_id"]
+    client.runs.wait(first, "crag", input={"question": QUESTIONS[0]})
+    listed = client.threads.search(metadata={"user": user}, sort_by="created_at", sort_order="asc", limit=10)
+    assert [t["thread_id"] for t in listed] == [first, second]
+    assert listed[0]["values"]["answer"] and listed[0]["status"] == "idle"
+    assert client.threads.count(metadata={"user": user}) == 2
+    assert client.threads.update(second, metadata={"pinned": True})["metadata"] == {
+        "user": user,
+        "topic": "yield",
+        "pinned": True,
+    }
+    history = client.threads.get_history(first, limit=50)
+    assert len(history) >= 4 and history[0]["values"]["answer"]
+    assert len(client.threads.get_history(first, limit=2)) == 2
+    # `before` as a checkpoint config: langgraph dev 0.16 answers 500 (KeyError 'configurable') for a bare Checkpoint
+    before = {"configurable": {"checkpoint_id": history[0]["checkpoint_id"]}}
+    earlier = client.threads.get_history(first, before=before, limit=50)  # type: ignore[arg-type]
+    assert [h["checkpoint_id"] for h in earlier] == [h["checkpoint_id"] for h in history[1:]]
+    edited = client.threads.update_state(first, {"answer": "edited"}, as_node="generate")
+    assert client.threads.get_state(first)["checkpoint"]["checkpoint_id"] == edited["checkpoint"]["checkpoint_id"]
+    assert client.threads.get_state(first)["values"]["answer"] == "edited"
+    copy = client.threads.copy(first)
+    assert client.threads.get_state(copy["thread_id"])["values"]["answer"] == "edited"
+    assert client.threads.get(copy["thread_id"])["metadata"]["user"] == user
+    assert len(client.threads.get_history(copy["thread_id"], limit=50)) == len(
+        client.threads.get_history(first, limit=50)
+    )
+    assert client.runs.wait(copy["thread_id"], "crag", input={"question": QUESTIONS[1]})["answer"]
+
+    async def from_async() -> None:
+        aclient = get_client(url=url, api_key=api_key)
+        found = await aclient.threads.search(metadata={"user": user, "pinned": True})
+        assert [t["thread_id"] for t in found] == [second]
+        await aclient.threads.delete(second)
+        assert await aclient.threads.count(metadata={"user": user}) == 2  # first and its copy
+
+    asyncio.run(from_async())
+    with pytest.raises(Exception, match=r"404|not found"):
+        client.threads.get(second)
+    # background runs: created, then run by whichever of the two workers takes it, joined and listed
+    runs = [
+        client.runs.create(first, "crag", input={"question": q}, multitask_strategy="enqueue") for q in QUESTIONS[:3]
+    ]
+    assert all(r["status"] in ("pending", "running") for r in runs)
+    for r in runs:
+        joined = client.runs.join(first, r["run_id"])
+        assert joined["answer"] and set(joined["crag"]) == CRAG_KEYS
+        assert client.runs.get(first, r["run_id"])["status"] == "success"
+    listed_runs = client.runs.list(first, limit=10)
+    assert [r["run_id"] for r in listed_runs][:3] == [r["run_id"] for r in reversed(runs)]
+    pending = client.runs.create(first, "crag", input={"question": QUESTIONS[0]}, multitask_strategy="enqueue")
+    client.runs.cancel(first, pending["run_id"], wait=True)
+    assert client.runs.get(first, pending["run_id"])["status"] in ("interrupted", "success")  # it may have finished
+    for thread_id in (first, copy["thread_id"]):
+        client.threads.delete(thread_id)
+    assert client.threads.search(metadata={"user": user}) == []
+
+
 def test_server_starts_offline_without_allow_blocking(server: Server, capsys: pytest.CaptureFixture[str]) -> None:
     report(
         capsys,
@@ -279,3 +351,8 @@ def test_fifty_runs_from_ten_clients(server: Server, capsys: pytest.CaptureFixtu
     )
     assert result.sections["runs under load"] == 50
     assert result.failures == []
+
+
+def test_sdk_thread_management_matches_fastcrag_serve(server: Server) -> None:
+    """The same SDK calls as `fastcrag serve`'s conformance test, against the stock in-memory server."""
+    sdk_thread_and_run_calls(server.url, None)

@@ -168,6 +168,8 @@ def test_history_update_state_and_copy(client: TestClient) -> None:
     assert len(client.get(f"/threads/{tid}/history", params={"limit": 2}).json()) == 2
     older = client.post(f"/threads/{tid}/history", json={"before": history[0]["checkpoint"], "limit": 100}).json()
     assert [h["checkpoint_id"] for h in older] == [h["checkpoint_id"] for h in history[1:]]
+    as_config = {"before": {"configurable": {"checkpoint_id": history[0]["checkpoint_id"]}}, "limit": 100}
+    assert client.post(f"/threads/{tid}/history", json=as_config).json() == older  # as langgraph dev takes it
     written = client.post(f"/threads/{tid}/state", json={"values": {"answer": "edited"}, "as_node": "generate"})
     assert written.status_code == 200
     state = client.get(f"/threads/{tid}/state").json()

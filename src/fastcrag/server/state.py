@@ -60,13 +60,17 @@ def _thread_state(snapshot: Any, thread_id: str) -> dict[str, Any]:
 
 
 def _config(thread_id: str, checkpoint: Any) -> dict[str, Any]:
-    """The checkpointer config of a thread at `checkpoint` (`{checkpoint_id, checkpoint_ns}`, a bare id, or None).
+    """The checkpointer config of a thread at `checkpoint`.
+
+    `checkpoint` is `{checkpoint_id, checkpoint_ns}`, a config holding it under `configurable`, a bare id, or None.
 
     Raises:
         HTTPException: 422 for a checkpoint that is neither an object nor a string, or fields that are not strings.
     """
     if isinstance(checkpoint, str):
         checkpoint = {"checkpoint_id": checkpoint}
+    if isinstance(checkpoint, dict) and isinstance(checkpoint.get("configurable"), dict):
+        checkpoint = checkpoint["configurable"]  # a checkpoint config, as `langgraph dev` takes `before`
     if checkpoint is not None and not isinstance(checkpoint, dict):
         raise HTTPException(422, "a checkpoint is an object {checkpoint_id, checkpoint_ns} or a checkpoint id")
     configurable: dict[str, Any] = {"thread_id": thread_id}
