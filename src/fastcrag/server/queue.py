@@ -50,8 +50,6 @@ class QueuedRun:
 
 
 def _row(row: Any) -> QueuedRun:
-    if isinstance(row, dict):  # Postgres pools hand out dict rows
-        row = tuple(row[c.strip()] for c in COLUMNS.split(","))
     return QueuedRun(
         run_id=str(row[0]),
         thread_id=str(row[1]),
@@ -206,7 +204,7 @@ class RunQueue:
     async def cancelled(self, run_id: str) -> bool:
         """Whether a cancel was asked for this run."""
         rows = await self._run(f"SELECT cancel FROM {TABLE} WHERE run_id = ?", run_id)
-        return bool(rows) and bool(rows[0]["cancel"] if isinstance(rows[0], dict) else rows[0][0])
+        return bool(rows) and bool(rows[0][0])
 
     async def delete(self, thread_id: str, run_id: str) -> bool:
         """Delete a run that is not running; whether one was deleted."""

@@ -7,6 +7,7 @@ no thread state of their own.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -134,22 +135,19 @@ class PostgresThreadRecords:
         self._conn = conn
 
     async def execute(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
-        """Run one statement on a pooled connection (autocommit); its rows."""
+        """Run one statement on a pooled connection (autocommit); its rows as tuples, in column order.
+
+        The saver's pool hands out dict-row connections: rows are turned into tuples here, so every caller reads
+        Postgres rows as it reads SQLite's.
+        """
         from psycopg_pool import AsyncConnectionPool  # lazy: psycopg is the optional `postgres` extra
 
-        if isinstance(self._conn, AsyncConnectionPool):
-            async with self._conn.connection() as conn, conn.cursor() as cur:
+        pooled = isinstance(self._conn, AsyncConnectionPool)
+        async with self._conn.connection() if pooled else contextlib.nullcontext(self._conn) as conn:
+            async with conn.cursor() as cur:
                 await cur.execute(sql, params)
-                return list(await cur.fetchall()) if cur.description else []
-        async with self._conn.cursor() as cur:
-            await cur.execute(sql, params)
-            return list(await cur.fetchall()) if cur.description else []
-
-    @staticmethod
-    def _row(row: Any) -> ThreadRecord:
-        if isinstance(row, dict):  # the saver's pool hands out dict-row connections
-            row = (row["thread_id"], row["created_at"], row["updated_at"], row["metadata"])
-        return _record(row)
+                rows = list(await cur.fetchall()) if cur.description else []
+        return [tuple(r.values()) if isinstance(r, dict) else tuple(r) for r in rows]
 
     async def setup(self) -> None:
         """Create the table; an advisory lock keeps concurrent workers from racing on the catalogue."""
@@ -170,14 +168,14 @@ class PostgresThreadRecords:
             "ON CONFLICT (thread_id) DO NOTHING RETURNING thread_id, created_at, updated_at, metadata",
             (thread_id, now, now, json.dumps(metadata)),
         )
-        return self._row(rows[0]) if rows else None
+        return _record(rows[0]) if rows else None
 
     async def get(self, thread_id: str) -> ThreadRecord | None:
         """The thread's record, or None."""
         rows = await self.execute(
             f"SELECT thread_id, created_at, updated_at, metadata FROM {TABLE} WHERE thread_id = %s", (thread_id,)
         )
-        return self._row(rows[0]) if rows else None
+        return _record(rows[0]) if rows else None
 
     async def touch(self, thread_id: str) -> None:
         """Set `updated_at` to now."""
@@ -207,15 +205,12 @@ class PostgresThreadRecords:
             f"ORDER BY {order} LIMIT %s OFFSET %s",
             (json.dumps(query.metadata), *([list(query.ids)] if query.ids else []), query.limit, query.offset),
         )
-        return [self._row(r) for r in rows]
+        return [_record(r) for r in rows]
 
     async def count(self, metadata: dict[str, Any]) -> int:
         """How many records hold `metadata`."""
-        rows = await self.execute(
-            f"SELECT count(*) AS n FROM {TABLE} WHERE metadata @> %s::jsonb", (json.dumps(metadata),)
-        )
-        row = rows[0]
-        return int(row["n"] if isinstance(row, dict) else row[0])
+        rows = await self.execute(f"SELECT count(*) FROM {TABLE} WHERE metadata @> %s::jsonb", (json.dumps(metadata),))
+        return int(rows[0][0])
 
     async def update(self, thread_id: str, metadata: dict[str, Any]) -> ThreadRecord | None:
         """Merge `metadata` (top-level keys) and set `updated_at`."""
@@ -224,7 +219,7 @@ class PostgresThreadRecords:
             "RETURNING thread_id, created_at, updated_at, metadata",
             (json.dumps(metadata), _now(), thread_id),
         )
-        return self._row(rows[0]) if rows else None
+        return _record(rows[0]) if rows else None
 
     async def delete(self, thread_id: str) -> bool:
         """Remove the record and its lease."""
@@ -240,7 +235,7 @@ class PostgresThreadRecords:
             f"SELECT thread_id FROM {RUNS} WHERE thread_id = ANY(%s) AND expires_at >= clock_timestamp()",
             (thread_ids,),
         )
-        return {str(r["thread_id"] if isinstance(r, dict) else r[0]) for r in rows}
+        return {str(r[0]) for r in rows}
 
 
 class SqliteThreadRecords:
