@@ -26,7 +26,7 @@ from fastcrag.server.plans import plan_of
 from fastcrag.server.queue import MAX_ATTEMPTS, STATUSES, QueuedRun
 from fastcrag.server.runs import LEASE_GRACE_S, execute
 from fastcrag.server.service import Service, service_of
-from fastcrag.server.threads import MAX_PAGE, store_call, thread_exists, valid_thread_id
+from fastcrag.server.threads import MAX_PAGE, known_thread, store_call, thread_exists, thread_values, valid_thread_id
 from fastcrag.server.wire import OrjsonResponse, dumps, read_json, sse
 
 log = logging.getLogger("fastcrag.server")
@@ -139,15 +139,8 @@ class Runner:
             self.slots.release()
 
 
-async def _thread_of(request: Request, service: Service) -> str:
-    thread_id = valid_thread_id(request.path_params["thread_id"])
-    if await thread_exists(service, thread_id) is None:
-        raise HTTPException(404, f"thread {thread_id} not found")
-    return thread_id
-
-
 async def _run_of(request: Request, service: Service) -> QueuedRun:
-    thread_id = await _thread_of(request, service)
+    thread_id, _ = await known_thread(service, request)
     run_id = str(request.path_params["run_id"])
     run: QueuedRun | None = await store_call(service, "reading the run", service.queue.get(thread_id, run_id))
     if run is None:
@@ -190,7 +183,7 @@ async def get_run(request: Request) -> Response:
 async def list_runs(request: Request) -> Response:
     """`GET /threads/{id}/runs`: newest first (`limit`, `offset`, `status`)."""
     service = service_of(request)
-    thread_id = await _thread_of(request, service)
+    thread_id, _ = await known_thread(service, request)
     params = request.query_params
     try:
         limit, offset = int(params.get("limit", 10)), int(params.get("offset", 0))
@@ -217,18 +210,11 @@ async def _until_finished(service: Service, run: QueuedRun) -> QueuedRun:
     return run
 
 
-async def _values(service: Service, thread_id: str) -> dict[str, Any]:
-    snapshot = await store_call(
-        service, "reading the checkpoints", service.graph.aget_state({"configurable": {"thread_id": thread_id}})
-    )
-    return dict(snapshot.values or {})
-
-
 async def join_run(request: Request) -> Response:
     """`GET /threads/{id}/runs/{run_id}/join`: wait for the run's end; the thread's values then."""
     service = service_of(request)
     run = await _until_finished(service, await _run_of(request, service))
-    return Response(service.scrub(dumps(await _values(service, run.thread_id))), media_type="application/json")
+    return Response(service.scrub(dumps(await thread_values(service, run.thread_id))), media_type="application/json")
 
 
 async def join_stream(request: Request) -> Response:
@@ -243,7 +229,7 @@ async def join_stream(request: Request) -> Response:
         yield sse("metadata", {"run_id": run.run_id, "attempt": max(1, run.attempts)})
         try:
             ended = await _until_finished(service, run)
-            yield sse("values", await _values(service, ended.thread_id), service)
+            yield sse("values", await thread_values(service, ended.thread_id), service)
         except HTTPException as exc:
             yield sse("error", {"error": "RunError", "message": str(exc.detail)})
 

@@ -13,8 +13,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from fastcrag.server.service import Service, service_of
-from fastcrag.server.threads import MAX_PAGE, refuse_busy, store_call, thread_exists, valid_thread_id
+from fastcrag.server.service import service_of
+from fastcrag.server.threads import MAX_PAGE, known_thread, refuse_busy, store_call
 from fastcrag.server.wire import OrjsonResponse, read_json
 
 
@@ -83,16 +83,9 @@ def _config(thread_id: str, checkpoint: Any) -> dict[str, Any]:
     return {"configurable": configurable}
 
 
-async def _thread(request: Request) -> tuple[Service, str]:
-    service = service_of(request)
-    thread_id = valid_thread_id(request.path_params["thread_id"])
-    if await thread_exists(service, thread_id) is None:
-        raise HTTPException(404, f"thread {thread_id} not found")
-    return service, thread_id
-
-
 async def _state_at(request: Request, checkpoint: Any) -> Response:
-    service, thread_id = await _thread(request)
+    service = service_of(request)
+    thread_id, _ = await known_thread(service, request)
     config = _config(thread_id, checkpoint)
     snapshot = await store_call(service, "reading the checkpoints", service.graph.aget_state(config))
     wanted = config["configurable"].get("checkpoint_id")
@@ -123,7 +116,7 @@ async def update_thread_state(request: Request) -> Response:
     """
     service = service_of(request)
     body = await read_json(request, service.limits.max_body_bytes)
-    service, thread_id = await _thread(request)
+    thread_id, _ = await known_thread(service, request)
     values = body.get("values")
     if values is not None and not isinstance(values, dict):
         raise HTTPException(422, "values must be a JSON object (one update) or null")
@@ -150,7 +143,7 @@ async def thread_history(request: Request) -> Response:
         if request.method == "POST"
         else dict(request.query_params)
     )
-    service, thread_id = await _thread(request)
+    thread_id, _ = await known_thread(service, request)
     try:
         limit = int(body.get("limit", 10))
     except (TypeError, ValueError):

@@ -69,6 +69,27 @@ async def thread_exists(service: Service, thread_id: str) -> Any:
     return await store_call(service, "reading the thread", thread_known(service, thread_id))
 
 
+async def known_thread(service: Service, request: Request) -> tuple[str, Any]:
+    """The path's thread id and its record (True: known by its checkpoints only).
+
+    Raises:
+        HTTPException: 422 for a bad id, 404 for an unknown thread, 503 when the database fails.
+    """
+    thread_id = valid_thread_id(request.path_params["thread_id"])
+    record = await thread_exists(service, thread_id)
+    if record is None:
+        raise HTTPException(404, f"thread {thread_id} not found")
+    return thread_id, record
+
+
+async def thread_values(service: Service, thread_id: str) -> dict[str, Any]:
+    """The thread's latest state values (a database failure as a redacted 503)."""
+    snapshot = await store_call(
+        service, "reading the checkpoints", service.graph.aget_state({"configurable": {"thread_id": thread_id}})
+    )
+    return dict(snapshot.values or {})
+
+
 def _thread_json(record: Any, thread_id: str, values: dict[str, Any], status: str = "idle") -> dict[str, Any]:
     if record is True or record is None:
         now = datetime.now(UTC).isoformat()
@@ -111,34 +132,8 @@ async def create_thread(request: Request) -> Response:
 async def get_thread(request: Request) -> Response:
     """`GET /threads/{id}`: the record and the latest values."""
     service = service_of(request)
-    thread_id = valid_thread_id(request.path_params["thread_id"])
-    record = await thread_exists(service, thread_id)
-    if record is None:
-        raise HTTPException(404, f"thread {thread_id} not found")
-    snapshot = await store_call(
-        service, "reading the checkpoints", service.graph.aget_state({"configurable": {"thread_id": thread_id}})
-    )
-    return OrjsonResponse(_thread_json(record, thread_id, snapshot.values or {}))
-
-
-async def _known(service: Service, request: Request) -> tuple[str, Any]:
-    """The path's thread id and its record (True: known by checkpoints only).
-
-    Raises:
-        HTTPException: 422 for a bad id, 404 for an unknown thread, 503 when the database fails.
-    """
-    thread_id = valid_thread_id(request.path_params["thread_id"])
-    record = await thread_exists(service, thread_id)
-    if record is None:
-        raise HTTPException(404, f"thread {thread_id} not found")
-    return thread_id, record
-
-
-async def _values(service: Service, thread_id: str) -> dict[str, Any]:
-    snapshot = await store_call(
-        service, "reading the checkpoints", service.graph.aget_state({"configurable": {"thread_id": thread_id}})
-    )
-    return dict(snapshot.values or {})
+    thread_id, record = await known_thread(service, request)
+    return OrjsonResponse(_thread_json(record, thread_id, await thread_values(service, thread_id)))
 
 
 def _metadata_of(body: dict[str, Any], name: str = "metadata") -> dict[str, Any]:
@@ -189,18 +184,16 @@ async def search_threads(request: Request) -> Response:
     """`POST /threads/search`: recorded threads by metadata (JSON containment), ids and status; paged and sorted."""
     service = service_of(request)
     query, status, select = _query(await read_json(request, service.limits.max_body_bytes))
-    if status is not None:  # the status is the lease's: filter a whole result, then page it
-        page = ThreadQuery(query.metadata, query.ids, 1_000_000, 0, query.sort_by, query.descending)
-        found = await store_call(service, "searching threads", service.threads.search(page))
-        busy = await store_call(service, "reading run leases", service.threads.busy([r.thread_id for r in found]))
+    # the status is the lease's, not the record's: with a status filter, search everything, filter, then page
+    whole = ThreadQuery(query.metadata, query.ids, 1_000_000, 0, query.sort_by, query.descending)
+    found = await store_call(service, "searching threads", service.threads.search(query if status is None else whole))
+    busy = await store_call(service, "reading run leases", service.threads.busy([r.thread_id for r in found]))
+    if status is not None:
         found = [r for r in found if ("busy" if r.thread_id in busy else "idle") == status]
         found = found[query.offset : query.offset + query.limit]
-    else:
-        found = await store_call(service, "searching threads", service.threads.search(query))
-        busy = await store_call(service, "reading run leases", service.threads.busy([r.thread_id for r in found]))
     out = []
     for record in found:
-        values = await _values(service, record.thread_id) if select is None or "values" in select else {}
+        values = await thread_values(service, record.thread_id) if select is None or "values" in select else {}
         thread = _thread_json(record, record.thread_id, values, "busy" if record.thread_id in busy else "idle")
         out.append(thread if select is None else {k: v for k, v in thread.items() if k in select})
     return OrjsonResponse(out)
@@ -220,7 +213,7 @@ async def update_thread(request: Request) -> Response:
     body = await read_json(request, service.limits.max_body_bytes)
     _unsupported(body, "ttl")
     metadata = _metadata_of(body)
-    thread_id, record = await _known(service, request)
+    thread_id, record = await known_thread(service, request)
     if record is True:
         await store_call(service, "recording the thread", service.threads.create(thread_id, {}))
     updated = await store_call(service, "updating the thread", service.threads.update(thread_id, metadata))
@@ -228,7 +221,7 @@ async def update_thread(request: Request) -> Response:
         raise HTTPException(404, f"thread {thread_id} not found")
     if request.headers.get("prefer", "").replace(" ", "") == "return=minimal":
         return Response(status_code=204)
-    return OrjsonResponse(_thread_json(updated, thread_id, await _values(service, thread_id)))
+    return OrjsonResponse(_thread_json(updated, thread_id, await thread_values(service, thread_id)))
 
 
 async def refuse_busy(service: Service, thread_id: str) -> None:
@@ -240,7 +233,7 @@ async def refuse_busy(service: Service, thread_id: str) -> None:
 async def delete_thread(request: Request) -> Response:
     """`DELETE /threads/{id}`: its checkpoints, writes and record (409 while a run holds it)."""
     service = service_of(request)
-    thread_id, _ = await _known(service, request)
+    thread_id, _ = await known_thread(service, request)
     await refuse_busy(service, thread_id)
     if await store_call(service, "reading the queue", service.queue.active(thread_id)):
         raise HTTPException(409, f"thread {thread_id} has background runs pending; cancel them first")
@@ -253,12 +246,12 @@ async def delete_thread(request: Request) -> Response:
 async def copy_thread(request: Request) -> Response:
     """`POST /threads/{id}/copy`: a new thread with the same metadata and every checkpoint (and pending write)."""
     service = service_of(request)
-    source, record = await _known(service, request)
+    source, record = await known_thread(service, request)
     target = str(uuid.uuid4())
     metadata = {} if record is True else dict(record.metadata)
     created = await store_call(service, "creating the thread", service.threads.create(target, metadata))
     await store_call(service, "copying the checkpoints", copy_checkpoints(service.saver, source, target))
-    return OrjsonResponse(_thread_json(created, target, await _values(service, target)))
+    return OrjsonResponse(_thread_json(created, target, await thread_values(service, target)))
 
 
 async def copy_checkpoints(saver: Any, source: str, target: str) -> None:
