@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
-from typing import Any, Protocol, get_args, runtime_checkable
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, Protocol, TypeVar, get_args, runtime_checkable
 
 from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
@@ -17,31 +17,31 @@ from fastcrag.retrieval.lexical import LexicalIndexError
 Mode = RetrievalMode
 MODES: tuple[str, ...] = get_args(Mode)
 RRF_K = 60  # the constant of Cormack et al. (2009): ranks past a few dozen barely count
+Key = TypeVar("Key", bound=Hashable)
 
 
-def rrf(rankings: list[list[str]], k: int = RRF_K) -> dict[str, float]:
-    """Reciprocal rank fusion: sum over rankings of 1 / (k + rank), rank from 1; ids in several lists add up."""
-    fused: dict[str, float] = {}
-    for ranking in rankings:
+def rrf(rankings: Sequence[Sequence[Key]], k: int = RRF_K, weights: Sequence[float] | None = None) -> dict[Key, float]:
+    """Reciprocal rank fusion: sum over rankings of weight / (k + rank), rank from 1; ids in several lists add up.
+
+    `weights` gives each ranking its share (1 each when None).
+    """
+    fused: dict[Key, float] = {}
+    for ranking, weight in zip(rankings, weights or [1.0] * len(rankings), strict=True):
         for rank, key in enumerate(ranking, 1):
-            fused[key] = fused.get(key, 0.0) + 1.0 / (k + rank)
+            fused[key] = fused.get(key, 0.0) + weight / (k + rank)
     return fused
 
 
 def fused_order(scores: Sequence[float], weight: float, k: int = RRF_K) -> list[int]:
     """The order of candidates given in first-pass order, by the grader's `scores` mixed with that first pass.
 
-    Weighted reciprocal rank fusion of the two rankings: `weight / (k + grader rank) + (1 - weight) / (k + first-pass
-    rank)`. Weight 1 is the grader's order, 0 the first pass's; ties keep the first-pass order. `fastcrag fit`
+    Weighted reciprocal rank fusion (`rrf`) of the grader's ranking (share `weight`) and the first pass's
+    (`1 - weight`): weight 1 is the grader's order, 0 the first pass's; ties keep the first-pass order. `fastcrag fit`
     chooses the weight on the user's held-out questions (`rerank_weight` in calibration.json).
     """
     by_score = sorted(range(len(scores)), key=lambda i: scores[i], reverse=True)
-    if weight >= 1.0:
-        return by_score
-    grader_rank = {i: r for r, i in enumerate(by_score, 1)}
-    return sorted(
-        range(len(scores)), key=lambda i: weight / (k + grader_rank[i]) + (1.0 - weight) / (k + i + 1), reverse=True
-    )
+    fused = rrf([by_score, range(len(scores))], k, (weight, 1.0 - weight))
+    return sorted(range(len(scores)), key=lambda i: fused[i], reverse=True)
 
 
 def fuse(dense: list[Document], lexical: list[Document], k: int) -> list[Document]:
