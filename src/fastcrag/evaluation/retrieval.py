@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,7 @@ from fastcrag.datasets import read_qrels, read_queries
 from fastcrag.evaluation import report as rp
 from fastcrag.evaluation.common import DEFAULT_INDEX_CACHE, cached_corpus_store, machine_note, progress, set_threads
 from fastcrag.evaluation.runlog import ResultLog
-from fastcrag.grading.reranker import checked_scores, default_reranker_spec, load_reranker
+from fastcrag.grading.reranker import checked_scores, default_reranker_spec, load_reranker, scores_until
 from fastcrag.retrieval.embeddings import default_embeddings
 from fastcrag.retrieval.hybrid import fuse, fused_order
 from fastcrag.retrieval.loaders import load_documents
@@ -105,6 +105,19 @@ class GraphOrder:
         return f"rerank_weight {self.weight:g}, grade batch {self.batch or 'all'}, crag_upper {self.upper:.3f}"
 
 
+class _Recorded:
+    """A grader that answers from scores recorded earlier (the text is the document id)."""
+
+    name = "recorded"
+
+    def __init__(self, scores: Mapping[str, float]) -> None:
+        self.scores = scores
+
+    def score(self, query: str, texts: Sequence[str]) -> list[float]:
+        """The recorded scores of `texts`."""
+        return [self.scores[t] for t in texts]
+
+
 def graph_run(first_pass: Mapping[str, float], reranked: Mapping[str, float], order: GraphOrder) -> dict[str, float]:
     """A query's reranked documents in the order the graph gives them.
 
@@ -117,14 +130,9 @@ def graph_run(first_pass: Mapping[str, float], reranked: Mapping[str, float], or
         order: The graph's ordering settings.
     """
     top = [d for d in first_pass if reranked.get(d, 0.0) >= 2.0]
-    step = order.batch or len(top)
-    graded = top
-    for end in range(step, len(top) + step, max(1, step)):
-        if max((reranked[d] - 2.0 for d in top[:end]), default=0.0) >= order.upper:
-            graded = top[:end]
-            break
-    ranked = [graded[i] for i in fused_order([reranked[d] - 2.0 for d in graded], order.weight)]
-    ranked += [d for d in top if d not in set(graded)]
+    recorded = _Recorded({d: reranked[d] - 2.0 for d in top})
+    scores = scores_until(recorded, "", top, order.batch, order.upper)  # the graph's own early-exit rule
+    ranked = [top[i] for i in fused_order(scores, order.weight)] + top[len(scores) :]
     run = {d: 2.0 + (len(ranked) - r) / max(1, len(ranked)) for r, d in enumerate(ranked)}
     return run | {d: s for d, s in reranked.items() if d not in run}
 
