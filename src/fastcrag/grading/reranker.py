@@ -65,8 +65,9 @@ def scores_until(reranker: Reranker, query: str, texts: Sequence[str], batch: in
     step = batch or len(texts)
     scores: list[float] = []
     for start in range(0, len(texts), max(1, step)):
-        scores += checked_scores(reranker, query, texts[start : start + step])
-        if max(scores) >= enough:
+        batch_scores = checked_scores(reranker, query, texts[start : start + step])
+        scores += batch_scores
+        if max(batch_scores) >= enough:  # the earlier batches all stayed below it
             break
     return scores
 
