@@ -22,6 +22,7 @@ from fastcrag.fitting.fit import FitOptions, fit
 from fastcrag.fitting.labels import Candidate, Labelled, is_evidence, training_pairs
 from fastcrag.fitting.measure import choose_weight, order_curve
 from fastcrag.fitting.questions import MIN_QUESTIONS, FitError, FitQuestion, read_questions, split_held_out
+from fastcrag.grading.reader import Span
 from fastcrag.retrieval.store import FaissStore
 
 from fakes import HashEmbeddings, ScriptedChat
@@ -327,3 +328,36 @@ def test_a_fit_held_as_data_unpacks_once_and_safely(tmp_path: Path) -> None:
     with pytest.raises(tarfile.TarError):  # a member that would land outside its folder is refused
         materialise_fit(cal, _tar({"../escape.txt": b"x"}), "e", tmp_path)
     assert not (tmp_path / "escape.txt").exists()
+
+
+class ReadingGrader(AnswerGrader):
+    """Grades every passage about the question's town alike; its reader finds the answer only where it is."""
+
+    name = "reading-grader"
+    has_reader = True
+
+    def score(self, query: str, texts: Sequence[str]) -> list[float]:
+        town = next((t for t in TOWNS if t in query), "\0")
+        return [0.9 if town in t else 0.1 for t in texts]
+
+    def read(self, query: str, texts: Sequence[str]) -> list[Span | None]:
+        answer = self.answers.get(query, "\0")
+        found = [(t.index(answer), t.index(answer) + len(answer)) if answer in t else None for t in texts]
+        return [Span(answer, *f, 0.95) if f else Span(t[:4], 0, 4, 0.2) for t, f in zip(texts, found, strict=True)]
+
+
+def test_a_reading_grader_gets_a_reader_threshold_that_declines_what_grading_cannot(
+    tmp_path: Path, index: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    grader = ReadingGrader(fitmod.load_reranker("answer-grader").answers)  # the fixture's answers
+    monkeypatch.setattr(fitmod, "load_reranker", lambda spec: grader)
+    questions = write_questions(tmp_path / "q.jsonl", labelled_rows())
+    result = fit(FitOptions(questions, tmp_path / "out", index=index, train=False, progress=False), log=print)
+    cal = result.calibration
+    base = result.figures["base"]
+    assert base.auc_unanswerable == 0.5  # grading alone cannot tell the town's facts from its unanswerable questions
+    assert cal.reader_threshold is not None and 0.2 < cal.reader_threshold <= 0.95
+    # with the reader's floor the graph declines the unanswerable questions and answers the answerable ones
+    assert base.at_threshold["abstention_recall"] == 1.0 and base.at_threshold["answerable_answered"] == 1.0
+    assert "reader_threshold" in cal.objective
+    assert f"reader_threshold {cal.reader_threshold}" in (tmp_path / "out" / "report.md").read_text(encoding="utf-8")

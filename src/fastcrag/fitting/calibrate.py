@@ -60,16 +60,54 @@ def best_strip_chunk(reranker: Reranker, question: str, ranked: Sequence[tuple[s
     return strips[int(np.argmax(scores))][1]
 
 
-def abstention_rates(obs: Sequence[Observation], threshold: float, undefined: float = 0.0) -> tuple[float, float]:
-    """Abstention precision and recall below `threshold` (an abstention is right when the question is not answerable).
+def declines(o: Observation, threshold: float, reader_threshold: float | None = None) -> bool:
+    """Whether the graph declines this question.
+
+    It does when its best grade is below `threshold`, or (a reader) no answer span of the passages it would answer
+    from reaches `reader_threshold`.
+    """
+    if o.top_score < threshold:
+        return True
+    return reader_threshold is not None and o.span_score is not None and o.span_score < reader_threshold
+
+
+def abstention_rates(
+    obs: Sequence[Observation], threshold: float, undefined: float = 0.0, reader_threshold: float | None = None
+) -> tuple[float, float]:
+    """Abstention precision and recall at the thresholds (an abstention is right when the question is not answerable).
 
     `undefined` stands where a rate has nothing to count (no abstention, or no question to decline).
     """
-    abstained = [o for o in obs if o.top_score < threshold]
+    abstained = [o for o in obs if declines(o, threshold, reader_threshold)]
     should = [o for o in obs if o.kind != "answerable"]
     precision = sum(o.kind != "answerable" for o in abstained) / len(abstained) if abstained else undefined
-    recall = sum(o.top_score < threshold for o in should) / len(should) if should else undefined
+    recall = sum(declines(o, threshold, reader_threshold) for o in should) / len(should) if should else undefined
     return precision, recall
+
+
+def read_score(reranker: Reranker, question: str, ranked: Sequence[str], read_k: int = 3) -> float | None:
+    """A reader's best answer-span score over the first `read_k` of `ranked` passages (None: it does not read).
+
+    It is what the extractive generator compares with `reader_threshold`.
+    """
+    if not is_reader(reranker) or not ranked:
+        return None
+    spans = reranker.read(question, list(ranked[:read_k]))  # type: ignore[attr-defined]
+    return max((sp.score for sp in spans if sp is not None), default=0.0)
+
+
+def choose_reader_threshold(
+    obs: Sequence[Observation], threshold: float, target_precision: float
+) -> tuple[float | None, str]:
+    """`reader_threshold`, set on the questions that pass grading (the ones the reader will be asked to answer).
+
+    None (and no objective) when the grader does not read or the passing questions lack one of the two kinds.
+    """
+    passing = [o for o in obs if o.span_score is not None and o.top_score >= threshold]
+    if not (any(o.kind == "answerable" for o in passing) and any(o.kind != "answerable" for o in passing)):
+        return None, ""
+    value, objective = choose_threshold(passing, target_precision, "span_score", "reader_threshold")
+    return value, f"; {objective} (questions that pass grading, top 3 chunks read)"
 
 
 def observe(
@@ -90,18 +128,9 @@ def observe(
             reranker, q.question, [(d.metadata["chunk_id"], d.page_content) for _, d in ranked[:refine_k]]
         )
         top_chunk = ranked[0][1].metadata["chunk_id"] if ranked else ""
-        span_score = None
-        if is_reader(reranker) and ranked:
-            spans = reranker.read(q.question, [d.page_content for _, d in ranked[:read_k]])  # type: ignore[attr-defined]
-            span_score = max((sp.score for sp in spans if sp is not None), default=0.0)
+        span_score = read_score(reranker, q.question, [d.page_content for _, d in ranked], read_k)
         out.append(
-            Observation(
-                q.kind,
-                ranked[0][0] if ranked else 0.0,
-                top_chunk,
-                strip_chunk or top_chunk,
-                span_score,
-            )
+            Observation(q.kind, ranked[0][0] if ranked else 0.0, top_chunk, strip_chunk or top_chunk, span_score)
         )
     return out
 
@@ -188,16 +217,11 @@ def calibrate(
     obs = observe(store, reranker, chosen, top_k, refine_k)
     threshold, objective = choose_threshold(obs, target_precision)
     upper = choose_upper(obs, threshold, tolerance, min_support=max(10, len(obs) // 20))
-    # The reader's threshold is set on the questions that pass grading: the ones it will be asked to answer.
+    reader_threshold, reader_objective = choose_reader_threshold(obs, threshold, target_precision)
+    objective += reader_objective
     passing = [o for o in obs if o.span_score is not None and o.top_score >= threshold]
-    reader_threshold = None
-    if passing and any(o.kind == "answerable" for o in passing) and any(o.kind != "answerable" for o in passing):
-        reader_threshold, reader_objective = choose_threshold(
-            passing, target_precision, "span_score", "reader_threshold"
-        )
-        objective += f"; {reader_objective} (questions that pass grading, top 3 chunks read)"
     by_kind = {k: [o.top_score for o in obs if o.kind == k] for k in pool}
-    precision, recall = abstention_rates(obs, threshold)
+    precision, recall = abstention_rates(obs, threshold, reader_threshold=reader_threshold)
     bands = {"CORRECT": 0, "AMBIGUOUS": 0, "INCORRECT": 0}
     for o in obs:
         bands[band_of(o.top_score, threshold, upper)] += 1

@@ -25,6 +25,7 @@ from fastcrag.fitting.generate import generate_questions, judge, write_questions
 from fastcrag.fitting.labels import first_pass, training_pairs
 from fastcrag.fitting.measure import (
     GraderFigures,
+    Thresholds,
     calibrate_on,
     choose_weight,
     figures_of,
@@ -213,12 +214,14 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
     try:
         base_cached = CachingReranker(base)
         base_obs = observe(base_cached, held, top_k, strips=True, progress=opts.progress, desc="held-out, base")
-        chosen = calibrate_on(base_obs, opts.precision)
-        figures = {"base": figures_of(base.name, base_obs, chosen[:2])}
+        chosen, objective = calibrate_on(base_obs, opts.precision)
+        figures = {"base": figures_of(base.name, base_obs, chosen)}
         packaged = _packaged_calibration(base.name)
         if packaged is not None:
             figures["base, packaged thresholds"] = figures_of(
-                base.name, base_obs, (packaged.reranker_threshold, packaged.crag_upper)
+                base.name,
+                base_obs,
+                Thresholds(packaged.reranker_threshold, packaged.crag_upper, packaged.reader_threshold),
             )
         kept, kept_cached, kept_obs, kept_name, grader_dir = base, base_cached, base_obs, base.name, None
         training: dict[str, Any] | None = None
@@ -241,11 +244,12 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
             fitted_obs = observe(
                 fitted_cached, held, top_k, strips=True, progress=opts.progress, desc="held-out, fitted"
             )
-            fitted_chosen = calibrate_on(fitted_obs, opts.precision)
-            figures["fitted"] = figures_of(name, fitted_obs, fitted_chosen[:2])
+            fitted_chosen, fitted_objective = calibrate_on(fitted_obs, opts.precision)
+            figures["fitted"] = figures_of(name, fitted_obs, fitted_chosen)
             before, after = figures["base"].aucs(), figures["fitted"].aucs()
             if np.mean(after) > np.mean(before) and all(a >= b - KEEP_MARGIN for a, b in zip(after, before)):
-                kept, kept_cached, kept_obs, kept_name, chosen = fitted, fitted_cached, fitted_obs, name, fitted_chosen
+                kept, kept_cached, kept_obs, kept_name = fitted, fitted_cached, fitted_obs, name
+                chosen, objective = fitted_chosen, fitted_objective
                 grader_dir = tmp / "grader"
                 shutil.copytree(export, grader_dir)
             else:
@@ -254,14 +258,13 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
                     f"The fitted grader did not beat the base on the held-out part (AUCs {_fmt(after)} vs "
                     f"{_fmt(before)}); the base grader is kept (the fitted one is in rejected-grader/, to inspect)."
                 )
-        threshold, upper, objective = chosen
         curve = order_curve(kept_cached, held, top_k)
         weight, weight_objective = choose_weight(curve)
         calibration = Calibration(
             reranker_model=kept_name,
-            reranker_threshold=round(threshold, 6),
-            crag_upper=round(upper, 6),
-            reader_threshold=None,
+            reranker_threshold=round(chosen.lower, 6),
+            crag_upper=round(chosen.upper, 6),
+            reader_threshold=None if chosen.reader is None else round(chosen.reader, 6),
             rerank_weight=weight,
             data=f"{opts.questions.name}: {counts['held_out']} held-out of {len(items)} labelled questions over "
             f"{f'Postgres collection {opts.collection}' if opts.store else opts.index}, seed {opts.seed}; "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from tqdm import tqdm
@@ -15,8 +15,11 @@ from fastcrag.fitting.calibrate import (
     abstention_rates,
     auc,
     best_strip_chunk,
+    choose_reader_threshold,
     choose_threshold,
     choose_upper,
+    declines,
+    read_score,
 )
 from fastcrag.fitting.labels import Labelled
 from fastcrag.grading.bands import band_of
@@ -54,8 +57,9 @@ def observe(
 ) -> list[Observation]:
     """Per held-out question, what grading sees: answerable and its gold-removed twin, or unanswerable.
 
-    With `strips`, the best sentence strip of the top `REFINE_K` chunks too (for `crag_upper`). A question's two views
-    share most candidates: pass a `CachingReranker` so that each pair is scored once.
+    With `strips`, the best sentence strip of the top `REFINE_K` chunks too (for `crag_upper`); a grader that reads
+    also reads its top chunks (for `reader_threshold`). A question's two views share most candidates: pass a
+    `CachingReranker` so that each pair is scored once.
     """
     out: list[Observation] = []
     for item in tqdm(items, desc=desc, unit="q", file=sys.stderr, disable=not progress):
@@ -76,7 +80,8 @@ def observe(
                 if strips
                 else None
             )
-            out.append(Observation(kind, ranked[0][0], top_chunk, strip_chunk or top_chunk))
+            span_score = read_score(grader, q.question, [c.text for _, c in ranked])
+            out.append(Observation(kind, ranked[0][0], top_chunk, strip_chunk or top_chunk, span_score))
     return out
 
 
@@ -93,39 +98,61 @@ def held_out_aucs(obs: Sequence[Observation]) -> tuple[float, float | None]:
     )
 
 
-def at_threshold(obs: Sequence[Observation], lower: float, upper: float) -> dict[str, float]:
-    """Abstention precision and recall, answer rate and band mix on held-out observations at the thresholds."""
-    precision, recall = abstention_rates(obs, lower)
+class Thresholds(NamedTuple):
+    """What a calibration draws: the band edges, and the reader's floor for a grader that reads."""
+
+    lower: float
+    upper: float
+    reader: float | None = None
+
+
+def at_threshold(obs: Sequence[Observation], t: Thresholds) -> dict[str, float]:
+    """Abstention precision and recall, answer rate and band mix on held-out observations at the thresholds.
+
+    A question is declined below `lower`, or (a reader) when no span of its top chunks reaches `reader`.
+    """
+    precision, recall = abstention_rates(obs, t.lower, reader_threshold=t.reader)
     answerable = [o for o in obs if o.kind == "answerable"]
-    bands = [band_of(o.top_score, lower, upper) for o in obs]
+    bands = [band_of(o.top_score, t.lower, t.upper) for o in obs]
     return {
         "abstention_precision": round(precision, 4),
         "abstention_recall": round(recall, 4),
-        "answerable_answered": round(sum(o.top_score >= lower for o in answerable) / max(1, len(answerable)), 4),
+        "answerable_answered": round(
+            sum(not declines(o, t.lower, t.reader) for o in answerable) / max(1, len(answerable)), 4
+        ),
         "correct_share": round(bands.count("CORRECT") / max(1, len(bands)), 4),
         "ambiguous_share": round(bands.count("AMBIGUOUS") / max(1, len(bands)), 4),
         "incorrect_share": round(bands.count("INCORRECT") / max(1, len(bands)), 4),
     }
 
 
-def calibrate_on(obs: Sequence[Observation], precision: float) -> tuple[float, float, str]:
-    """`reranker_threshold` at the abstention precision, and `crag_upper` by the rule `fastcrag calibrate` uses."""
+def calibrate_on(obs: Sequence[Observation], precision: float) -> tuple[Thresholds, str]:
+    """The thresholds drawn on held-out observations, with the objective that says how.
+
+    `reranker_threshold` at the abstention precision, `crag_upper` by the rule `fastcrag calibrate` uses, and a
+    reader's `reader_threshold` on the questions that pass grading (as `fastcrag calibrate` sets it).
+    """
     threshold, objective = choose_threshold(list(obs), precision)
     upper = choose_upper(list(obs), threshold, TOLERANCE, min_support=max(5, len(obs) // 20))
+    reader, reader_objective = choose_reader_threshold(obs, threshold, precision)
     objective += (
         f"; crag_upper: lowest score above which refinement moves the best evidence to another chunk for "
-        f"<= {TOLERANCE:.0%} of held-out questions"
+        f"<= {TOLERANCE:.0%} of held-out questions{reader_objective}"
     )
-    return threshold, upper, objective
+    return Thresholds(threshold, upper, reader), objective
 
 
-def figures_of(name: str, obs: Sequence[Observation], thresholds: tuple[float, float] | None = None) -> GraderFigures:
+def figures_of(name: str, obs: Sequence[Observation], thresholds: Thresholds | None = None) -> GraderFigures:
     """A grader's held-out AUCs and, with `thresholds`, what it does at them."""
     gold, unans = held_out_aucs(obs)
     fig = GraderFigures(name, round(gold, 4), None if unans is None else round(unans, 4))
     if thresholds is not None:
-        fig.thresholds = {"reranker_threshold": round(thresholds[0], 6), "crag_upper": round(thresholds[1], 6)}
-        fig.at_threshold = at_threshold(obs, *thresholds)
+        fig.thresholds = {
+            "reranker_threshold": round(thresholds.lower, 6),
+            "crag_upper": round(thresholds.upper, 6),
+            "reader_threshold": None if thresholds.reader is None else round(thresholds.reader, 6),
+        }
+        fig.at_threshold = at_threshold(obs, thresholds)
     return fig
 
 

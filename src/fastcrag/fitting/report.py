@@ -74,8 +74,8 @@ def _row(label: str, fig: GraderFigures) -> str:
 
     return (
         f"| {label} (`{fig.name}`) | {fig.auc_gold_removed:.3f} | {unans} | {g(t, 'reranker_threshold')} | "
-        f"{g(t, 'crag_upper')} | {g(a, 'abstention_precision')} | {g(a, 'abstention_recall')} | "
-        f"{g(a, 'answerable_answered')} |"
+        f"{g(t, 'crag_upper')} | {g(t, 'reader_threshold')} | {g(a, 'abstention_precision')} | "
+        f"{g(a, 'abstention_recall')} | {g(a, 'answerable_answered')} |"
     )
 
 
@@ -107,12 +107,12 @@ def write_report(
         f"(labelled so). Thresholds are calibrated on it at abstention precision {opts.precision}.",
         "",
         "| grader and thresholds | AUC answerable vs gold removed | AUC vs unanswerable | reranker_threshold | "
-        "crag_upper | abstention precision | abstention recall | answerable answered |",
-        "|---|---|---|---|---|---|---|---|",
+        "crag_upper | reader_threshold | abstention precision | abstention recall | answerable answered |",
+        "|---|---|---|---|---|---|---|---|---|",
         *(_row(label, fig) for label, fig in figures.items()),
         "",
         f"Kept: `{cal.reranker_model}`, reranker_threshold {cal.reranker_threshold}, crag_upper {cal.crag_upper}, "
-        f"rerank_weight {cal.rerank_weight}.",
+        f"reader_threshold {cal.reader_threshold}, rerank_weight {cal.rerank_weight}.",
         "",
         "Candidate order on the held-out part (nDCG@10 of the evidence chunks; rerank_weight 1: the grader's order, "
         "0: the first pass's):",
