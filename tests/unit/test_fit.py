@@ -33,7 +33,7 @@ TOWNS = [f"Town{chr(65 + i)}{chr(75 + i)}" for i in range(16)]
 def facts(i: int) -> str:
     town = TOWNS[i]
     return (
-        f"{town} was founded in {1700 + 7 * i}. The river of {town} is called Flow{i}. "
+        f"{town} was founded in {1700 + 7 * i}. The river of {town} is called Flow{i:02d}. "
         f"{town} is known for its market of {['salt', 'silk', 'wool', 'tin'][i % 4]}."
     )
 
@@ -75,7 +75,7 @@ def index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     folder = tmp_path / "index"
     store.save(folder)
     answers = {r["question"]: r["answers"][0] for r in labelled_rows() if "answers" in r}
-    answers |= {f"What is the river of {t} called?": f"Flow{i}" for i, t in enumerate(TOWNS)}
+    answers |= {f"What is the river of {t} called?": f"Flow{i:02d}" for i, t in enumerate(TOWNS)}
     grader = AnswerGrader(answers)
     monkeypatch.setattr(fitmod, "load_reranker", lambda spec: grader)
     monkeypatch.setattr(fitmod, "default_reranker_spec", lambda: "answer-grader")
@@ -303,8 +303,9 @@ def test_judge_relabels_answer_questions_only(tmp_path: Path, index: Path, monke
     monkeypatch.setattr(fitmod, "load_chat_model", lambda spec, *a: chat)
     questions = write_questions(tmp_path / "q.jsonl", labelled_rows())
     opts = FitOptions(questions, tmp_path / "out", index=index, train=False, progress=False, judge=True, llm="x:y")
-    with pytest.raises(FitError, match="held-out part has"):  # only the 16 `sources` questions keep evidence
-        fit(opts, log=print)
+    result = fit(opts, log=print)
+    # the judge took the evidence from the 16 `answers` questions; the 16 `sources` ones keep theirs
+    assert result.counts["retrieval_misses"] == 16 and result.counts["held_out_answerable_retrieved"] == 16
     assert chat.prompts and all("Question:" in p for p in chat.prompts)
 
 

@@ -179,9 +179,12 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
 
     judged = (lambda q, texts: judge(llm, q, texts)) if opts.judge and llm is not None else None
     items = first_pass(retriever, questions, top_k, opts.progress, judged)
+    # Without training nothing needs holding out: the thresholds are drawn on every question (more data, steadier
+    # thresholds). A fine-tune is judged and calibrated on questions it never saw.
+    share = opts.held_out if opts.train else 1.0
     for answerable in (True, False):  # each class split on its own, so the held-out part holds both
         part = [i for i in items if i.question.answerable == answerable]
-        for item, out in zip(part, split_held_out([i.group for i in part], opts.held_out, opts.seed), strict=True):
+        for item, out in zip(part, split_held_out([i.group for i in part], share, opts.seed), strict=True):
             item.held_out = out
     misses = [i for i in items if i.question.answerable and not i.retrieved(top_k)]
     fit_part = [i for i in items if not i.held_out]

@@ -102,9 +102,14 @@ def write_report(
         "|---|---|",
         *(f"| {k.replace('_', ' ')} | {v} |" for k, v in counts.items()),
         "",
-        "Held-out part (questions of other source documents than the fit part). Classes: answerable (evidence "
-        "retrieved), gold removed (the same question with its evidence taken out of the candidates), unanswerable "
-        f"(labelled so). Thresholds are calibrated on it at abstention precision {opts.precision}.",
+        (
+            "Held-out part (questions of other source documents than the fit part)."
+            if opts.train
+            else "Every question (nothing is trained with `--no-train`, so none is held out: all of them calibrate)."
+        )
+        + " Classes: answerable (evidence retrieved), gold removed (the same question with its evidence taken out of "
+        f"the candidates), unanswerable (labelled so). Thresholds are calibrated on it at abstention precision "
+        f"{opts.precision}.",
         "",
         "| grader and thresholds | AUC answerable vs gold removed | AUC vs unanswerable | reranker_threshold | "
         "crag_upper | reader_threshold | abstention precision | abstention recall | answerable answered |",
