@@ -153,8 +153,14 @@ def ask_all(index: Path, reranker: str, calibration: Path | None, tests: list[tu
     from fastcrag.evaluation.scoring import is_abstention, normalize_answer
     from fastcrag.graph.builder import build_graph
 
-    settings = Settings().model_copy(
-        update={"index_dir": index, "reranker": reranker, "calibration": calibration, "llm": "extractive"}
+    settings = Settings()  # FASTRAG_RERANKER / FASTRAG_CALIBRATION name the base grader and its calibration
+    settings = settings.model_copy(
+        update={
+            "index_dir": index,
+            "reranker": reranker or settings.reranker,
+            "calibration": calibration or settings.calibration,
+            "llm": "extractive",
+        }
     )
     graph = build_graph(settings=settings)
     out: dict[str, list[dict[str, Any]]] = {"answerable": [], "near_miss": []}
@@ -211,7 +217,7 @@ def main() -> None:
     fastcrag = str(Path(sys.executable).with_name("fastcrag"))
     if not (out / "index").is_dir():
         _run([fastcrag, "index", str(out / "corpus"), "--index", str(out / "index")], log)
-    fits = {"packaged calibration": None}
+    fits: dict[str, Path | None] = {"base calibration (FASTRAG_CALIBRATION or packaged)": None}
     runs = [("fit --no-train", out / "fit-notrain", ["--no-train"])]
     if a.minutes:
         runs.append((f"fit --minutes {a.minutes:g}", out / "fit-train", ["--minutes", str(a.minutes)]))

@@ -613,3 +613,55 @@ def test_local_stack_one_command_serves_from_the_bundled_postgres(tmp_path: Path
         assert out["citations"] and all(c["source"].startswith("pydoc:") for c in out["citations"])
         state = s.get(f"/threads/{thread}/state").json()
         assert state["values"]["question"] == "How does the with statement work?"
+
+
+def test_a_worker_killed_mid_background_run_leaves_it_to_another(
+    tmp_path: Path, checkpoints_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A background run whose worker is killed (SIGKILL) is taken up by another once its lease runs out."""
+    import psycopg
+    from langgraph_sdk import get_sync_client
+
+    from fastcrag.server.queue import TABLE
+
+    # every run grades 200 candidates (no early exit), so it runs long enough to be killed mid-way
+    env = serve_env(FASTRAG_API_KEY=KEY, FASTRAG_CHECKPOINTS=checkpoints_url, FASTRAG_TOP_K="200")
+    env["FASTRAG_GRADE_BATCH"] = "0"
+    with run_serve(tmp_path, env, "--run-timeout", "4") as served, psycopg.connect(checkpoints_url) as db:
+        db.autocommit = True
+        client = get_sync_client(url=served.url, api_key=KEY)
+        thread_id = client.threads.create()["thread_id"]
+
+        def row(run_id: str) -> tuple[str, str | None, int]:
+            found = db.execute(f"SELECT status, owner, attempts FROM {TABLE} WHERE run_id = %s", (run_id,)).fetchone()
+            assert found is not None
+            return str(found[0]), found[1], int(found[2])
+
+        killed = None
+        for question in FRESH_QUESTIONS[-3:]:  # a run can end before the kill lands: then try the next one
+            run_id = client.runs.create(thread_id, "crag", input={"question": question})["run_id"]
+            deadline = time.monotonic() + 60
+            while (state := row(run_id))[0] == "pending" and time.monotonic() < deadline:
+                time.sleep(0.01)
+            status, owner, _ = state
+            if status != "running" or owner is None:
+                continue
+            os.kill(int(owner.split(":")[1]), signal.SIGKILL)
+            if row(run_id)[:2] == ("running", owner):  # it was still running when its worker died
+                killed = (run_id, owner)
+                break
+        assert killed is not None, "no background run was caught running"
+        run_id, owner = killed
+        t0 = time.monotonic()
+        client.runs.join(thread_id, run_id)
+        status, new_owner, attempts = row(run_id)
+        run = client.runs.get(thread_id, run_id)
+        report(
+            capsys,
+            f"worker killed mid-run: taken up again after {time.monotonic() - t0:.1f} s "
+            f"(lease 4 s + grace), status {status}, attempt {attempts}",
+        )
+        assert run["status"] == status == "success" and attempts == 2 and new_owner != owner
+        # the thread stays usable: the next run on it answers
+        out = client.runs.wait(thread_id, "crag", input={"question": QUESTIONS[0]})
+        assert isinstance(out, dict) and out["answer"] and out["answer"] != ABSTAIN

@@ -19,7 +19,7 @@ from fastcrag.config.calibration import CalibrationError, load_calibration, mate
 from fastcrag.config.settings import Settings
 from fastcrag.fitting import fit as fitmod
 from fastcrag.fitting.fit import FitOptions, fit
-from fastcrag.fitting.labels import Candidate, Labelled, is_evidence, training_pairs
+from fastcrag.fitting.labels import Candidate, Labelled, answer_span, is_evidence, training_pairs
 from fastcrag.fitting.measure import choose_weight, order_curve
 from fastcrag.fitting.questions import MIN_QUESTIONS, FitError, FitQuestion, read_questions, split_held_out
 from fastcrag.grading.reader import Span
@@ -147,7 +147,13 @@ def test_training_pairs_skip_retrieval_misses() -> None:
     miss = item(FitQuestion(2, "miss", answers=("x",)), [False] * 5)
     unanswerable = item(FitQuestion(3, "none"), [False] * 5)
     pairs = training_pairs([hit, miss, unanswerable], top_k=4)
-    assert [(q, label) for q, _, label in pairs] == [("hit", 1.0)] + [("hit", 0.0)] * 3 + [("none", 0.0)] * 3
+    assert [(q, label) for q, _, label, _ in pairs] == [("hit", 1.0)] + [("hit", 0.0)] * 3 + [("none", 0.0)] * 3
+    assert pairs[0][3] == "x" and {a for *_, a in pairs[1:]} == {""}  # only a positive carries its answer
+    # a positive carries its answer as the passage spells it (for a reader's span head)
+    assert answer_span(FitQuestion(4, "q", answers=("Founded in 1921",)), "It was FOUNDED  in\n1921.") == (
+        "FOUNDED  in\n1921"
+    )
+    assert answer_span(FitQuestion(5, "q", sources=("a",)), "anything") == ""
     assert hit.gold_removed_view(3) == [c for c in hit.candidates if not c.evidence][:3]
 
 

@@ -109,7 +109,7 @@ def open_retriever(opts: FitOptions, settings: Settings) -> tuple[HybridRetrieve
 
 
 def fine_tune_grader(
-    base_dir: Path, pairs: Sequence[tuple[str, str, float]], work: Path, opts: FitOptions
+    base_dir: Path, pairs: Sequence[tuple[str, str, float, str]], work: Path, opts: FitOptions
 ) -> tuple[Path, str, dict[str, Any]]:
     """Fine-tune the base grader on `pairs` plus a replay of the packaged mix.
 
@@ -119,7 +119,7 @@ def fine_tune_grader(
     from fastcrag.training.data import Pair  # training pulls torch: only a fit that trains loads it
     from fastcrag.training.finetune import fine_tune
 
-    rows = [Pair(q, p, label, "fit", hashlib.sha1(q.encode()).hexdigest()[:12]) for q, p, label in pairs]
+    rows = [Pair(q, p, label, "fit", hashlib.sha1(q.encode()).hexdigest()[:12], a) for q, p, label, a in pairs]
     result = fine_tune(
         base_dir,
         rows,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -100,17 +101,29 @@ def first_pass(
     return out
 
 
-def training_pairs(items: Sequence[Labelled], top_k: int) -> list[tuple[str, str, float]]:
-    """(question, passage, label) pairs from the fit part.
+def answer_span(q: FitQuestion, text: str) -> str:
+    """The first of `q`'s answers as it stands in `text` (case and whitespace as the passage has them), or ""."""
+    for answer in q.answers:
+        pattern = r"\s+".join(re.escape(word) for word in answer.split())
+        if found := re.search(pattern, text, flags=re.IGNORECASE):
+            return found.group(0)
+    return ""
+
+
+def training_pairs(items: Sequence[Labelled], top_k: int) -> list[tuple[str, str, float, str]]:
+    """(question, passage, label, answer) examples from the fit part.
 
     Evidence is 1; the best-ranked candidates without evidence (on topic, no answer) and an unanswerable question's
     candidates are 0. Questions whose evidence was not retrieved give no pairs (a retrieval miss is not a negative).
+    `answer` is the answer phrase as the evidence states it (`answers` labels; it trains a reader's span head), else "".
     """
-    pairs: list[tuple[str, str, float]] = []
+    pairs: list[tuple[str, str, float, str]] = []
     for item in items:
         q, view = item.question, item.answerable_view(top_k)
         if q.answerable and not item.retrieved(top_k):
             continue
-        pairs += [(q.question, c.text, 1.0) for c in view if c.evidence][:POSITIVES_PER_QUESTION]
-        pairs += [(q.question, c.text, 0.0) for c in view if not c.evidence][:NEGATIVES_PER_QUESTION]
+        pairs += [(q.question, c.text, 1.0, answer_span(q, c.text)) for c in view if c.evidence][
+            :POSITIVES_PER_QUESTION
+        ]
+        pairs += [(q.question, c.text, 0.0, "") for c in view if not c.evidence][:NEGATIVES_PER_QUESTION]
     return pairs
