@@ -368,3 +368,30 @@ def test_a_reading_grader_gets_a_reader_threshold_that_declines_what_grading_can
     assert base.at_threshold["abstention_recall"] == 1.0 and base.at_threshold["answerable_answered"] == 1.0
     assert "reader_threshold" in cal.objective
     assert f"reader_threshold {cal.reader_threshold}" in (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
+
+
+def _views(n: int, base_gap: float, fitted_gap: float, seed: int = 0) -> tuple[list[Any], list[Any]]:
+    """Observations of `n` questions (answerable and gold removed) by two graders with noisy scores."""
+    import numpy as np
+
+    from fastcrag.fitting.calibrate import Observation
+
+    rng = np.random.default_rng(seed)
+    base, fitted = [], []
+    for i in range(n):
+        for kind, lift in (("answerable", 1.0), ("gold_removed", 0.0)):
+            e, f = rng.normal(0, 0.2, 2)  # each grader errs on its own
+            base.append(Observation(kind, 0.5 + lift * base_gap + e, "c", "c", None, f"q{i}"))
+            fitted.append(Observation(kind, 0.5 + lift * fitted_gap + f, "c", "c", None, f"q{i}"))
+    return base, fitted
+
+
+def test_a_fitted_grader_is_kept_only_for_a_gain_beyond_chance() -> None:
+    from fastcrag.fitting.measure import held_out_aucs, keep_fitted
+
+    assert keep_fitted(*_views(200, 0.1, 0.3), seed=1)[0]  # a large gain on many questions
+    assert not keep_fitted(*_views(200, 0.3, 0.1), seed=1)[0]  # worse
+    # two graders of the same quality on a dozen questions: a fitted one that is ahead by chance is rarely kept
+    kept = sum(keep_fitted(*_views(12, 0.1, 0.1, seed), seed=1)[0] for seed in range(20))
+    ahead = sum(held_out_aucs(f)[0] > held_out_aucs(b)[0] for b, f in (_views(12, 0.1, 0.1, s) for s in range(20)))
+    assert kept <= 3 and ahead >= 6

@@ -32,6 +32,7 @@ class Observation:
     top_chunk: str
     strip_chunk: str  # chunk holding the best-scoring sentence strip among the refined candidates
     span_score: float | None = None  # the reader's best span score over the top `read_k` chunks
+    question: str = ""  # the question observed (a question's views are resampled together)
 
 
 def build_corpus_store(docs: list[Any], chunk_tokens: int, chunk_overlap: int) -> FaissStore:

@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from fastcrag.components import Components
 from fastcrag.config.calibration import FIT_DIR, Calibration, load_calibration
 from fastcrag.config.settings import Settings, is_postgres_url
@@ -24,12 +22,15 @@ from fastcrag.fileio import write_json_atomic
 from fastcrag.fitting.generate import generate_questions, judge, write_questions_jsonl
 from fastcrag.fitting.labels import first_pass, training_pairs
 from fastcrag.fitting.measure import (
+    BOOTSTRAP_ROUNDS,
+    KEEP_CONFIDENCE,
     GraderFigures,
     Thresholds,
     calibrate_on,
     choose_weight,
     figures_of,
     figures_record,
+    keep_fitted,
     observe,
     order_curve,
 )
@@ -44,9 +45,6 @@ from fastcrag.generation.chat import load_chat_model
 from fastcrag.grading.reranker import BI_ENCODER, CachingReranker, default_reranker_spec, load_reranker
 from fastcrag.retrieval.hybrid import HybridRetriever
 from fastcrag.retrieval.store import IndexLoadError
-
-KEEP_MARGIN = 0.005
-"""A fitted grader is kept when its held-out AUCs average higher than the base's and none is lower by more."""
 
 
 @dataclass
@@ -188,7 +186,8 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
             item.held_out = out
     misses = [i for i in items if i.question.answerable and not i.retrieved(top_k)]
     fit_part = [i for i in items if not i.held_out]
-    held = [i for i in items if i.held_out and not (i.question.answerable and not i.retrieved(top_k))]
+    usable = [i for i in items if not (i.question.answerable and not i.retrieved(top_k))]
+    held = [i for i in usable if i.held_out]
     usable_held = sum(i.question.answerable for i in held)
     counts = {
         "questions": len(items),
@@ -227,6 +226,7 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
                 Thresholds(packaged.reranker_threshold, packaged.crag_upper, packaged.reader_threshold),
             )
         kept, kept_cached, kept_obs, kept_name, grader_dir = base, base_cached, base_obs, base.name, None
+        calibrated_on = held
         training: dict[str, Any] | None = None
         if opts.train:
             if base_spec == BI_ENCODER or not (Path(base_spec) / "model.onnx").is_file():
@@ -250,18 +250,29 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
             fitted_chosen, fitted_objective = calibrate_on(fitted_obs, opts.precision)
             figures["fitted"] = figures_of(name, fitted_obs, fitted_chosen)
             before, after = figures["base"].aucs(), figures["fitted"].aucs()
-            if np.mean(after) > np.mean(before) and all(a >= b - KEEP_MARGIN for a, b in zip(after, before)):
+            keep, ahead = keep_fitted(base_obs, fitted_obs, opts.seed)
+            training["ahead_in_resamples"] = round(ahead, 3)
+            if keep:
                 kept, kept_cached, kept_obs, kept_name = fitted, fitted_cached, fitted_obs, name
                 chosen, objective = fitted_chosen, fitted_objective
                 grader_dir = tmp / "grader"
                 shutil.copytree(export, grader_dir)
             else:
                 shutil.copytree(export, tmp / "rejected-grader")
+                # the base never saw the fit part either: every question calibrates it
+                calibrated_on = [*held, *(i for i in usable if not i.held_out)]
+                all_obs = [
+                    *base_obs,
+                    *observe(base_cached, calibrated_on[len(held) :], top_k, True, opts.progress, "fit part, base"),
+                ]
+                chosen, objective = calibrate_on(all_obs, opts.precision)
                 notes.append(
-                    f"The fitted grader did not beat the base on the held-out part (AUCs {_fmt(after)} vs "
-                    f"{_fmt(before)}); the base grader is kept (the fitted one is in rejected-grader/, to inspect)."
+                    f"The fitted grader did not beat the base on the held-out part clearly enough (AUCs {_fmt(after)} "
+                    f"vs {_fmt(before)}; ahead in {ahead:.0%} of {BOOTSTRAP_ROUNDS} resamples of the held-out "
+                    f"questions, {KEEP_CONFIDENCE:.0%} needed): the base grader is kept, its thresholds drawn on all "
+                    f"{len(calibrated_on)} usable questions (the fitted one is in rejected-grader/, to inspect)."
                 )
-        curve = order_curve(kept_cached, held, top_k)
+        curve = order_curve(kept_cached, calibrated_on, top_k)
         weight, weight_objective = choose_weight(curve)
         calibration = Calibration(
             reranker_model=kept_name,
@@ -269,13 +280,14 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
             crag_upper=round(chosen.upper, 6),
             reader_threshold=None if chosen.reader is None else round(chosen.reader, 6),
             rerank_weight=weight,
-            data=f"{opts.questions.name}: {counts['held_out']} held-out of {len(items)} labelled questions over "
+            data=f"{opts.questions.name}: calibrated on {len(calibrated_on)} of {len(items)} labelled questions "
+            f"({'held out from the fine-tune' if grader_dir else 'the grader trained on none of them'}) over "
             f"{f'Postgres collection {opts.collection}' if opts.store else opts.index}, seed {opts.seed}; "
             f"classes answerable, gold removed, unanswerable",
             objective=f"{objective}; {weight_objective}",
             created=dt.date.today().isoformat(),
             metrics={
-                "questions": counts,
+                "questions": counts | {"calibrated_on": len(calibrated_on)},
                 "embedder": embedder,
                 "held_out": {k: figures_record(v) for k, v in figures.items()},
                 "fitted_grader_kept": kept is not base,

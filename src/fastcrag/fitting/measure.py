@@ -81,7 +81,7 @@ def observe(
                 else None
             )
             span_score = read_score(grader, q.question, [c.text for _, c in ranked])
-            out.append(Observation(kind, ranked[0][0], top_chunk, strip_chunk or top_chunk, span_score))
+            out.append(Observation(kind, ranked[0][0], top_chunk, strip_chunk or top_chunk, span_score, q.question))
     return out
 
 
@@ -104,6 +104,43 @@ class Thresholds(NamedTuple):
     lower: float
     upper: float
     reader: float | None = None
+
+
+KEEP_CONFIDENCE = 0.9
+"""A fitted grader is kept when its mean held-out AUC beats the base's in at least this share of bootstrap resamples."""
+KEEP_MARGIN = 0.005
+"""... and no held-out AUC of the fitted grader is lower than the base's by more than this."""
+BOOTSTRAP_ROUNDS = 1000
+
+
+def keep_fitted(base: Sequence[Observation], fitted: Sequence[Observation], seed: int) -> tuple[bool, float]:
+    """Whether the fitted grader beats the base on the held-out part, beyond what a small sample shows by chance.
+
+    The held-out questions (each with its views) are resampled with replacement `BOOTSTRAP_ROUNDS` times; the
+    fitted grader is kept when its mean AUC (answerable vs gold removed, and vs unanswerable) is higher in at least
+    `KEEP_CONFIDENCE` of the resamples, and no AUC is lower by more than `KEEP_MARGIN` on the whole part. With a
+    few dozen questions a real gain is needed; a gain of noise is not kept.
+
+    Returns:
+        The decision, and the share of resamples in which the fitted grader was ahead.
+    """
+    before, after = held_out_aucs(base), held_out_aucs(fitted)
+    pairs = [(b, a) for b, a in zip(before, after, strict=True) if b is not None and a is not None]
+    if not pairs or any(a < b - KEEP_MARGIN for b, a in pairs):
+        return False, 0.0
+    by_question: dict[str, list[tuple[Observation, Observation]]] = {}
+    for b, a in zip(base, fitted, strict=True):
+        by_question.setdefault(b.question, []).append((b, a))
+    groups = list(by_question.values())
+    rng = np.random.default_rng(seed)
+    ahead = 0
+    for _ in range(BOOTSTRAP_ROUNDS):
+        sample = [o for i in rng.integers(0, len(groups), len(groups)) for o in groups[i]]
+        b_aucs = [x for x in held_out_aucs([b for b, _ in sample]) if x is not None and not np.isnan(x)]
+        a_aucs = [x for x in held_out_aucs([a for _, a in sample]) if x is not None and not np.isnan(x)]
+        ahead += bool(b_aucs) and len(a_aucs) == len(b_aucs) and float(np.mean(a_aucs)) > float(np.mean(b_aucs))
+    share = ahead / BOOTSTRAP_ROUNDS
+    return share >= KEEP_CONFIDENCE, share
 
 
 def at_threshold(obs: Sequence[Observation], t: Thresholds) -> dict[str, float]:
