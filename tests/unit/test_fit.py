@@ -165,7 +165,15 @@ def test_no_train_fit_writes_calibration_report_and_plots(tmp_path: Path, index:
     lines: list[str] = []
     result = fit(FitOptions(questions, out, index=index, train=False, progress=False), log=lines.append)
     assert not (out / "stale.txt").exists()  # the folder is replaced whole
-    assert {p.name for p in out.iterdir()} == {"calibration.json", "report.md", "scores.png", "threshold.png"}
+    assert {p.name for p in out.iterdir()} == {
+        "calibration.json",
+        "observations.jsonl",
+        "report.md",
+        "scores.png",
+        "threshold.png",
+    }
+    rows = [json.loads(line) for line in (out / "observations.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert {r["kind"] for r in rows} == {"answerable", "gold_removed", "unanswerable"} and rows[0]["question"]
     cal = load_calibration(out / "calibration.json", expected_model="answer-grader")
     # the fake grader separates perfectly: the threshold falls between 0.5 (on topic, no answer) and 0.9
     assert 0.5 < cal.reranker_threshold <= 0.9

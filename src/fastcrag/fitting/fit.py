@@ -18,7 +18,7 @@ from typing import Any
 from fastcrag.components import Components
 from fastcrag.config.calibration import FIT_DIR, Calibration, load_calibration
 from fastcrag.config.settings import Settings, is_postgres_url
-from fastcrag.fileio import write_json_atomic
+from fastcrag.fileio import write_json_atomic, write_text_atomic
 from fastcrag.fitting.generate import generate_questions, judge, write_questions_jsonl
 from fastcrag.fitting.labels import first_pass, training_pairs
 from fastcrag.fitting.measure import (
@@ -226,7 +226,7 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
                 Thresholds(packaged.reranker_threshold, packaged.crag_upper, packaged.reader_threshold),
             )
         kept, kept_cached, kept_obs, kept_name, grader_dir = base, base_cached, base_obs, base.name, None
-        calibrated_on = held
+        calibrated_on, calibration_obs = held, base_obs
         training: dict[str, Any] | None = None
         if opts.train:
             if base_spec == BI_ENCODER or not (Path(base_spec) / "model.onnx").is_file():
@@ -254,18 +254,18 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
             training["ahead_in_resamples"] = round(ahead, 3)
             if keep:
                 kept, kept_cached, kept_obs, kept_name = fitted, fitted_cached, fitted_obs, name
-                chosen, objective = fitted_chosen, fitted_objective
+                chosen, objective, calibration_obs = fitted_chosen, fitted_objective, fitted_obs
                 grader_dir = tmp / "grader"
                 shutil.copytree(export, grader_dir)
             else:
                 shutil.copytree(export, tmp / "rejected-grader")
                 # the base never saw the fit part either: every question calibrates it
                 calibrated_on = [*held, *(i for i in usable if not i.held_out)]
-                all_obs = [
+                calibration_obs = [
                     *base_obs,
                     *observe(base_cached, calibrated_on[len(held) :], top_k, True, opts.progress, "fit part, base"),
                 ]
-                chosen, objective = calibrate_on(all_obs, opts.precision)
+                chosen, objective = calibrate_on(calibration_obs, opts.precision)
                 notes.append(
                     f"The fitted grader did not beat the base on the held-out part clearly enough (AUCs {_fmt(after)} "
                     f"vs {_fmt(before)}; ahead in {ahead:.0%} of {BOOTSTRAP_ROUNDS} resamples of the held-out "
@@ -296,6 +296,14 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
             },
         )
         write_json_atomic(tmp / "calibration.json", calibration.model_dump())
+        write_text_atomic(  # what the thresholds were drawn on, one question's view a line: to inspect or redraw
+            tmp / "observations.jsonl",
+            "".join(
+                json.dumps({"question": o.question, "kind": o.kind, "top_score": o.top_score, "span": o.span_score})
+                + "\n"
+                for o in calibration_obs
+            ),
+        )
         from fastcrag.fitting.report import write_report  # matplotlib loads only to draw the report
 
         write_report(tmp, opts, counts, figures, base_obs, kept_obs if kept is not base else None, calibration, notes)
