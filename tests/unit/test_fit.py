@@ -403,3 +403,20 @@ def test_a_fitted_grader_is_kept_only_for_a_gain_beyond_chance() -> None:
     kept = sum(keep_fitted(*_views(12, 0.1, 0.1, seed), seed=1)[0] for seed in range(20))
     ahead = sum(held_out_aucs(f)[0] > held_out_aucs(b)[0] for b, f in (_views(12, 0.1, 0.1, s) for s in range(20)))
     assert kept <= 3 and ahead >= 6
+
+
+def test_a_precision_met_only_by_declining_a_few_gives_way_to_the_recall_floor() -> None:
+    from fastcrag.fitting.calibrate import Observation, abstention_rates, choose_threshold
+
+    # 20 on-topic questions without evidence and 20 answerable, overlapping: precision 0.9 holds for the lowest 6
+    gold_removed = [0.05, 0.1, 0.15, 0.2, 0.25, 0.3, *(0.32 + 0.03 * i for i in range(14))]
+    answerable = [0.31, *(0.355 + 0.03 * i for i in range(19))]
+    obs = [Observation("gold_removed", s, "", "") for s in gold_removed]
+    obs += [Observation("answerable", s, "", "") for s in answerable]
+    strict, why = choose_threshold(obs, 0.9)
+    assert abstention_rates(obs, strict)[1] < 0.5 and "precision >= 0.9" in why
+    floor, why = choose_threshold(obs, 0.9, min_recall=0.5)
+    recall = abstention_rates(obs, floor)[1]
+    assert recall >= 0.5 and floor > strict and "unreachable at recall >= 0.5" in why
+    below = max(o.top_score for o in obs if o.top_score < floor)
+    assert abstention_rates(obs, below)[1] < 0.5  # the lowest threshold that declines half

@@ -147,12 +147,18 @@ def auc(positive: list[float], negative: list[float]) -> float:
 
 
 def choose_threshold(
-    obs: list[Observation], target_precision: float, score: str = "top_score", name: str = "reranker_threshold"
+    obs: list[Observation],
+    target_precision: float,
+    score: str = "top_score",
+    name: str = "reranker_threshold",
+    min_recall: float = 0.0,
 ) -> tuple[float, str]:
     """The highest threshold whose abstentions (scores below it) are at least `target_precision` right.
 
     An abstention is right for an unanswerable or off-corpus question. When no threshold reaches the target,
-    the threshold maximising Youden's J (answerable vs the rest) is used, and the objective says so. `score`
+    the threshold maximising Youden's J (answerable vs the rest) is used, and the objective says so. With
+    `min_recall`, a target met only by declining fewer than that share of the questions to decline does not count:
+    the threshold is then the lowest that declines `min_recall` of them (the best precision at that recall). `score`
     names the Observation field thresholded.
     """
     scores = np.asarray([float(getattr(o, score)) for o in obs])
@@ -166,9 +172,16 @@ def choose_threshold(
         if should_abstain[abstained].mean() >= target_precision:
             best = float(t)
     if best is not None:
-        return (
-            best,
-            f"{name}: highest score threshold with abstention precision >= {target_precision}",
+        recall = float(should_abstain[scores < best].sum() / max(1, should_abstain.sum()))
+        if recall >= min_recall:
+            return best, f"{name}: highest score threshold with abstention precision >= {target_precision}"
+    if min_recall > 0 and should_abstain.any():
+        declined = np.asarray([should_abstain[scores < t].sum() for t in candidates]) / should_abstain.sum()
+        reaching = candidates[declined >= min_recall]
+        floor = float(reaching[0]) if len(reaching) else float(np.nextafter(candidates[-1], np.inf))
+        return floor, (
+            f"{name}: abstention precision {target_precision} unreachable at recall >= {min_recall}; the lowest "
+            f"threshold declining {min_recall:.0%} of the questions to decline"
         )
     j = [
         (should_abstain[scores < t].sum() / max(1, should_abstain.sum()))

@@ -13,6 +13,7 @@ DEFAULT_DATA_ROOT = Path("../shared/data")
 def _fit(args: argparse.Namespace) -> int:
     # registering the command stays cheap for every other command: the fit (numpy, the index, models) loads here
     from fastcrag.fitting.fit import FitOptions, fit
+    from fastcrag.fitting.measure import MIN_RECALL
 
     data_root = Path(args.data_root) if args.data_root else DEFAULT_DATA_ROOT
     opts = FitOptions(
@@ -25,6 +26,7 @@ def _fit(args: argparse.Namespace) -> int:
         train=not args.no_train,
         precision=args.precision,
         held_out=args.held_out,
+        min_recall=MIN_RECALL if args.min_recall is None else args.min_recall,
         seed=args.seed,
         install=args.install,
         data_root=data_root if data_root.is_dir() else None,
@@ -68,6 +70,12 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     f.add_argument("--minutes", type=float, default=10.0, help="fine-tuning time budget (default 10)")
     f.add_argument("--no-train", action="store_true", help="calibrate the current grader only")
     f.add_argument("--precision", type=float, default=0.9, help="abstention precision to calibrate at (0.9)")
+    f.add_argument(
+        "--min-recall",
+        type=float,
+        help="share of the questions to decline that reranker_threshold must decline; a precision target reached "
+        "only below it gives way to the lowest threshold that does (default 0.5; 0: the precision target alone)",
+    )
     f.add_argument("--held-out", type=float, default=0.3, help="share of questions held out (by source; 0.3)")
     f.add_argument("--seed", type=int, default=13)
     f.add_argument("--install", action="store_true", help="store the fit with the index (FAISS folder)")

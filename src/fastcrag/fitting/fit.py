@@ -24,6 +24,7 @@ from fastcrag.fitting.labels import first_pass, training_pairs
 from fastcrag.fitting.measure import (
     BOOTSTRAP_ROUNDS,
     KEEP_CONFIDENCE,
+    MIN_RECALL,
     GraderFigures,
     Thresholds,
     calibrate_on,
@@ -59,6 +60,7 @@ class FitOptions:
     minutes: float = 10.0
     train: bool = True
     precision: float = 0.9
+    min_recall: float = MIN_RECALL
     held_out: float = 0.3
     seed: int = 13
     install: bool = False
@@ -150,6 +152,8 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
     started = time.perf_counter()
     if not 0.5 <= opts.precision < 1.0:
         raise FitError(f"--precision must be in [0.5, 1), got {opts.precision}")
+    if not 0.0 <= opts.min_recall < 1.0:
+        raise FitError(f"--min-recall must be in [0, 1), got {opts.min_recall}")
     if opts.replay_exclude:
         from fastcrag.training.finetune import REPLAY_FAMILIES  # the training package loads only when asked
 
@@ -216,7 +220,7 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
     try:
         base_cached = CachingReranker(base)
         base_obs = observe(base_cached, held, top_k, strips=True, progress=opts.progress, desc="held-out, base")
-        chosen, objective = calibrate_on(base_obs, opts.precision)
+        chosen, objective = calibrate_on(base_obs, opts.precision, opts.min_recall)
         figures = {"base": figures_of(base.name, base_obs, chosen)}
         packaged = _packaged_calibration(base.name)
         if packaged is not None:
@@ -247,7 +251,7 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
             fitted_obs = observe(
                 fitted_cached, held, top_k, strips=True, progress=opts.progress, desc="held-out, fitted"
             )
-            fitted_chosen, fitted_objective = calibrate_on(fitted_obs, opts.precision)
+            fitted_chosen, fitted_objective = calibrate_on(fitted_obs, opts.precision, opts.min_recall)
             figures["fitted"] = figures_of(name, fitted_obs, fitted_chosen)
             before, after = figures["base"].aucs(), figures["fitted"].aucs()
             keep, ahead = keep_fitted(base_obs, fitted_obs, opts.seed)
@@ -265,7 +269,7 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
                     *base_obs,
                     *observe(base_cached, calibrated_on[len(held) :], top_k, True, opts.progress, "fit part, base"),
                 ]
-                chosen, objective = calibrate_on(calibration_obs, opts.precision)
+                chosen, objective = calibrate_on(calibration_obs, opts.precision, opts.min_recall)
                 notes.append(
                     f"The fitted grader did not beat the base on the held-out part clearly enough (AUCs {_fmt(after)} "
                     f"vs {_fmt(before)}; ahead in {ahead:.0%} of {BOOTSTRAP_ROUNDS} resamples of the held-out "

@@ -106,6 +106,9 @@ class Thresholds(NamedTuple):
     reader: float | None = None
 
 
+MIN_RECALL = 0.5
+"""`fit`'s default: an abstention-precision target counts only where it declines at least half of the questions to
+decline (unanswerable, or on topic without their evidence); declining a handful is no calibration."""
 KEEP_CONFIDENCE = 0.9
 """A fitted grader is kept when its mean held-out AUC beats the base's in at least this share of bootstrap resamples."""
 KEEP_MARGIN = 0.005
@@ -163,13 +166,14 @@ def at_threshold(obs: Sequence[Observation], t: Thresholds) -> dict[str, float]:
     }
 
 
-def calibrate_on(obs: Sequence[Observation], precision: float) -> tuple[Thresholds, str]:
+def calibrate_on(obs: Sequence[Observation], precision: float, min_recall: float = 0.0) -> tuple[Thresholds, str]:
     """The thresholds drawn on held-out observations, with the objective that says how.
 
-    `reranker_threshold` at the abstention precision, `crag_upper` by the rule `fastcrag calibrate` uses, and a
+    `reranker_threshold` at the abstention precision (counted only where it declines `min_recall` of the questions to
+    decline; else the lowest threshold that does), `crag_upper` by the rule `fastcrag calibrate` uses, and a
     reader's `reader_threshold` on the questions that pass grading (as `fastcrag calibrate` sets it).
     """
-    threshold, objective = choose_threshold(list(obs), precision)
+    threshold, objective = choose_threshold(list(obs), precision, min_recall=min_recall)
     upper = choose_upper(list(obs), threshold, TOLERANCE, min_support=max(5, len(obs) // 20))
     reader, reader_objective = choose_reader_threshold(obs, threshold, precision)
     objective += (
