@@ -1,8 +1,9 @@
 """A few-label trial of `fastcrag fit`, end to end through the graph (written under runs/, never committed).
 
 The protocol: label a few questions of a corpus, fit, then ask other questions of the same corpus, half of them
-with their answer taken out of the index (only near misses left: the same document without the sentences that
-state the answer). A fit is worth having when the graph then declines those while it still answers the rest.
+with their answer taken out of the index (only near misses left: the other snippets of the same article, or the same
+paper without the sentences that state the answer). A fit is worth having when the graph then declines those while
+it still answers the rest.
 
     python scripts/fit_trial.py squad-snippets --out runs/trial-squad          # SQuAD 2.0 dev as 1-2 sentence snippets
     python scripts/fit_trial.py covidqa --out runs/trial-covidqa               # COVID-QA papers in 128-token chunks
@@ -99,12 +100,12 @@ def without_answers(text: str, answers: Sequence[str]) -> str:
 
 
 def pick(
-    docs: dict[str, str], questions: list[Question], n_fit: int, n_test: int, seed: int
+    docs: dict[str, str], questions: list[Question], n_fit: int, n_test: int, seed: int, whole: bool = False
 ) -> tuple[dict[str, str], list[Question], list[Question], list[Question]]:
     """The trial corpus and its fit, answerable-test and near-miss-test questions.
 
-    A near-miss question's answer occurs in no other document; its own document loses the sentences holding it.
-    Fit and answerable questions keep their evidence in the trimmed corpus.
+    A near-miss question's answer occurs in no other document; its own document loses the sentences holding it, or
+    (`whole`, for a corpus of snippets) goes. Fit and answerable questions keep their evidence in the trimmed corpus.
     """
     rng = random.Random(seed)
     pool = list(questions)
@@ -117,7 +118,7 @@ def pick(
     near = [q for q in pool if where[_norm(q.answers[0])] == 1 and len(q.answers[0]) >= 3][: n_test // 2]
     corpus = dict(docs)
     for q in near:
-        corpus[q.doc] = without_answers(corpus[q.doc], q.answers)
+        corpus[q.doc] = "" if whole else without_answers(corpus[q.doc], q.answers)
     near_ids = {id(q) for q in near}
     rest = [
         q
@@ -202,7 +203,7 @@ def main() -> None:
     a = p.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     docs, questions = (squad_snippets if a.corpus == "squad-snippets" else covidqa)(a.data)
-    corpus, fit_qs, answerable, near = pick(docs, questions, a.fit, a.test, a.seed)
+    corpus, fit_qs, answerable, near = pick(docs, questions, a.fit, a.test, a.seed, whole=a.corpus == "squad-snippets")
     out = a.out.resolve()
     (out / "corpus").mkdir(parents=True, exist_ok=True)
     for name, text in corpus.items():

@@ -420,3 +420,17 @@ def test_a_precision_met_only_by_declining_a_few_gives_way_to_the_recall_floor()
     assert recall >= 0.5 and floor > strict and "unreachable at recall >= 0.5" in why
     below = max(o.top_score for o in obs if o.top_score < floor)
     assert abstention_rates(obs, below)[1] < 0.5  # the lowest threshold that declines half
+
+
+def test_the_grade_and_reader_floors_are_drawn_together() -> None:
+    from fastcrag.fitting.calibrate import Observation, abstention_rates, choose_pair
+
+    obs = [Observation("answerable", 0.8 + i / 100, "", "", 0.9, f"a{i}") for i in range(20)]
+    obs += [Observation("gold_removed", 0.3, "", "", 0.9, f"g{i}") for i in range(10)]  # grading declines these
+    obs += [Observation("gold_removed", 0.85, "", "", 0.1, f"r{i}") for i in range(10)]  # only the reader can
+    lower, reader, why = choose_pair(obs, 0.9, min_recall=0.5)
+    assert reader is not None and 0.1 < reader <= 0.9 and 0.3 < lower <= 0.8
+    assert abstention_rates(obs, lower, reader_threshold=reader) == (1.0, 1.0) and "together" in why
+    # a reader that tells nothing apart is given no floor: it would only decline answerable questions
+    flat = [Observation(o.kind, o.top_score, "", "", 0.5, o.question) for o in obs]
+    assert choose_pair(flat, 0.9, min_recall=0.5)[1] is None

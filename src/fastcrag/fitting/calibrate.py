@@ -193,6 +193,57 @@ def choose_threshold(
     )
 
 
+MAX_CANDIDATES = 200
+"""Threshold values tried per score when two are chosen together (quantiles of the observed scores)."""
+
+
+def choose_pair(
+    obs: Sequence[Observation], target_precision: float, min_recall: float = 0.0
+) -> tuple[float, float | None, str]:
+    """`reranker_threshold` and a reader's `reader_threshold` chosen together, on what the graph declines with both.
+
+    A question is declined when its best grade is below the first, or no answer span reaches the second. Among the
+    pairs that decline at least `min_recall` of the questions to decline, the one with the highest recall at
+    abstention precision >= `target_precision`; when none reaches it, the one that declines the fewest answerable
+    questions (the best precision at that recall); with `min_recall` 0 and the target unreachable, Youden's J. The
+    reader threshold is None when the reader declining nothing is best.
+    """
+    top = np.asarray([o.top_score for o in obs], dtype=float)
+    span = np.asarray([np.inf if o.span_score is None else o.span_score for o in obs], dtype=float)
+    negative = np.asarray([o.kind != "answerable" for o in obs])
+    n_neg, n_pos = max(1, int(negative.sum())), max(1, int((~negative).sum()))
+
+    def grid(values: np.ndarray) -> np.ndarray:
+        unique = np.unique(values[np.isfinite(values)])
+        if len(unique) > MAX_CANDIDATES:
+            unique = np.unique(np.quantile(unique, np.linspace(0, 1, MAX_CANDIDATES)))
+        return np.append(unique, np.nextafter(unique[-1], np.inf)) if len(unique) else unique
+
+    t1s, t2s = grid(top), np.concatenate([[-np.inf], grid(span)])
+    rows = []  # (t1, t2, declined, recall, answerable declined)
+    for t2 in t2s:
+        declined = (top[None, :] < t1s[:, None]) | (span < t2)[None, :]
+        count = declined.sum(axis=1)
+        neg = (declined & negative[None, :]).sum(axis=1)
+        rows += [(t1, t2, int(c), k / n_neg, int(c - k)) for t1, c, k in zip(t1s, count, neg, strict=True)]
+    least = max(5, len(obs) // 100)
+    reached = [r for r in rows if r[2] >= least and (r[2] - r[4]) / r[2] >= target_precision and r[3] >= min_recall]
+    if reached:
+        t1, t2, *_ = max(reached, key=lambda r: (r[3], -r[4], -r[1]))
+        why = f"highest recall with abstention precision >= {target_precision}"
+    elif min_recall > 0 and (floor := [r for r in rows if r[3] >= min_recall]):
+        t1, t2, *_ = min(floor, key=lambda r: (r[4], -r[3], r[1]))
+        why = (
+            f"abstention precision {target_precision} unreachable at recall >= {min_recall}; the pair declining "
+            f"{min_recall:.0%} of the questions to decline with the fewest answerable ones declined"
+        )
+    else:
+        t1, t2, *_ = max(rows, key=lambda r: (r[3] - r[4] / n_pos, -r[1]))
+        why = f"abstention precision {target_precision} unreachable; Youden's J maximum"
+    reader = None if not np.isfinite(t2) else float(t2)
+    return float(t1), reader, f"reranker_threshold and reader_threshold together (declined below either): {why}"
+
+
 def choose_upper(obs: list[Observation], threshold: float, tolerance: float, min_support: int) -> float:
     """The lowest score above which refinement changes the top evidence for at most `tolerance` of questions.
 

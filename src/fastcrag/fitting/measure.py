@@ -15,7 +15,7 @@ from fastcrag.fitting.calibrate import (
     abstention_rates,
     auc,
     best_strip_chunk,
-    choose_reader_threshold,
+    choose_pair,
     choose_threshold,
     choose_upper,
     declines,
@@ -170,15 +170,18 @@ def calibrate_on(obs: Sequence[Observation], precision: float, min_recall: float
     """The thresholds drawn on held-out observations, with the objective that says how.
 
     `reranker_threshold` at the abstention precision (counted only where it declines `min_recall` of the questions to
-    decline; else the lowest threshold that does), `crag_upper` by the rule `fastcrag calibrate` uses, and a
-    reader's `reader_threshold` on the questions that pass grading (as `fastcrag calibrate` sets it).
+    decline; else the lowest threshold that does) and, for a grader that reads, `reader_threshold` drawn together with
+    it (`choose_pair`: the graph declines below either); `crag_upper` by the rule `fastcrag calibrate` uses.
     """
-    threshold, objective = choose_threshold(list(obs), precision, min_recall=min_recall)
+    reader: float | None = None
+    if any(o.span_score is not None for o in obs):
+        threshold, reader, objective = choose_pair(obs, precision, min_recall)
+    else:
+        threshold, objective = choose_threshold(list(obs), precision, min_recall=min_recall)
     upper = choose_upper(list(obs), threshold, TOLERANCE, min_support=max(5, len(obs) // 20))
-    reader, reader_objective = choose_reader_threshold(obs, threshold, precision)
     objective += (
         f"; crag_upper: lowest score above which refinement moves the best evidence to another chunk for "
-        f"<= {TOLERANCE:.0%} of held-out questions{reader_objective}"
+        f"<= {TOLERANCE:.0%} of held-out questions"
     )
     return Thresholds(threshold, upper, reader), objective
 
