@@ -6,6 +6,7 @@ paper without the sentences that state the answer). A fit is worth having when t
 it still answers the rest.
 
     python scripts/fit_trial.py squad-snippets --out runs/trial-squad          # SQuAD 2.0 dev as 1-2 sentence snippets
+    python scripts/fit_trial.py squad-numbers --out runs/trial-numbers         # near misses state another number
     python scripts/fit_trial.py covidqa --out runs/trial-covidqa               # COVID-QA papers in 128-token chunks
     python scripts/fit_trial.py squad-snippets --out runs/trial-squad --minutes 5   # also a fit that fine-tunes
 
@@ -93,6 +94,19 @@ def covidqa(data: Path) -> tuple[dict[str, str], list[Question]]:
     return docs, questions
 
 
+def perturbed(text: str, question: str, seed: int) -> str | None:
+    """`text` with a number the question names changed (another year, quarter or edition); None when it has none.
+
+    The near miss is about the same thing, under another condition: it answers another question.
+    """
+    asked = [n for n in re.findall(r"\b\d+\b", question) if re.search(rf"\b{n}\b", text)]
+    if not asked:
+        return None
+    value = asked[0]
+    other = str(int(value) + random.Random(f"{seed}:{question}").choice([-3, -2, -1, 1, 2, 3]))
+    return re.sub(rf"\b{value}\b", other, text)
+
+
 def without_answers(text: str, answers: Sequence[str]) -> str:
     """The document without the sentences that hold one of `answers` (the near miss left in the index)."""
     keep = [s for s in _sentences(text) if not any(_norm(a) in _norm(s) for a in answers)]
@@ -100,12 +114,20 @@ def without_answers(text: str, answers: Sequence[str]) -> str:
 
 
 def pick(
-    docs: dict[str, str], questions: list[Question], n_fit: int, n_test: int, seed: int, whole: bool = False
+    docs: dict[str, str],
+    questions: list[Question],
+    n_fit: int,
+    n_test: int,
+    seed: int,
+    whole: bool = False,
+    numbers: bool = False,
 ) -> tuple[dict[str, str], list[Question], list[Question], list[Question]]:
     """The trial corpus and its fit, answerable-test and near-miss-test questions.
 
     A near-miss question's answer occurs in no other document; its own document loses the sentences holding it, or
-    (`whole`, for a corpus of snippets) goes. Fit and answerable questions keep their evidence in the trimmed corpus.
+    (`whole`, for a corpus of snippets) goes, or (`numbers`) stays with the number the question names changed
+    (another year, quarter or edition: the snippet now answers another question). Fit and answerable questions keep
+    their evidence in the trimmed corpus.
     """
     rng = random.Random(seed)
     pool = list(questions)
@@ -115,10 +137,16 @@ def pick(
         key = _norm(q.answers[0])
         if key not in where:
             where[key] = sum(key in _norm(t) for t in docs.values())
-    near = [q for q in pool if where[_norm(q.answers[0])] == 1 and len(q.answers[0]) >= 3][: n_test // 2]
+    near = [q for q in pool if where[_norm(q.answers[0])] == 1 and len(q.answers[0]) >= 3]
+    if numbers:  # near misses under another condition: questions naming a number their snippet states
+        near = [q for q in near if perturbed(docs[q.doc], q.question, seed) is not None]
+    near = near[: n_test // 2]
     corpus = dict(docs)
     for q in near:
-        corpus[q.doc] = "" if whole else without_answers(corpus[q.doc], q.answers)
+        if numbers:
+            corpus[q.doc] = perturbed(corpus[q.doc], q.question, seed) or corpus[q.doc]
+        else:
+            corpus[q.doc] = "" if whole else without_answers(corpus[q.doc], q.answers)
     near_ids = {id(q) for q in near}
     rest = [
         q
@@ -193,7 +221,7 @@ def ask_all(index: Path, reranker: str, calibration: Path | None, tests: list[tu
 def main() -> None:
     """Command line."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("corpus", choices=["squad-snippets", "covidqa"])
+    p.add_argument("corpus", choices=["squad-snippets", "squad-numbers", "covidqa"])
     p.add_argument("--data", type=Path, default=Path("../shared/data"))
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--fit", type=int, default=40, help="labelled questions to fit on")
@@ -202,8 +230,10 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=7)
     a = p.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    docs, questions = (squad_snippets if a.corpus == "squad-snippets" else covidqa)(a.data)
-    corpus, fit_qs, answerable, near = pick(docs, questions, a.fit, a.test, a.seed, whole=a.corpus == "squad-snippets")
+    docs, questions = (covidqa if a.corpus == "covidqa" else squad_snippets)(a.data)
+    corpus, fit_qs, answerable, near = pick(
+        docs, questions, a.fit, a.test, a.seed, whole=a.corpus == "squad-snippets", numbers=a.corpus == "squad-numbers"
+    )
     out = a.out.resolve()
     (out / "corpus").mkdir(parents=True, exist_ok=True)
     for name, text in corpus.items():
