@@ -11,6 +11,8 @@ from fastcrag.cli import main
 from fastcrag.components import Components
 from fastcrag.config.calibration import load_calibration
 from fastcrag.config.settings import Settings
+from fastcrag.grading.reranker import PACKAGED_GRADER
+from fastcrag.modelmeta import read_model_meta
 from fastcrag.retrieval.embeddings import default_embeddings
 from fastcrag.retrieval.loaders import SourceDocument
 from fastcrag.retrieval.pgstore import build_pg_index
@@ -73,7 +75,7 @@ def test_fit_on_a_faiss_index_installs_and_ask_uses_it(
     )
     printed = capsys.readouterr().out
     assert f"FASTRAG_CALIBRATION={out / 'calibration.json'}" in printed
-    cal = load_calibration(out / "calibration.json", expected_model="fastcrag-grader-minilm-l6-v2")
+    cal = load_calibration(out / "calibration.json", expected_model=read_model_meta(PACKAGED_GRADER)["name"])
     assert cal.metrics["questions"]["questions"] == 30
     assert {"report.md", "scores.png", "threshold.png", "calibration.json"} <= {p.name for p in out.iterdir()}
     assert (out / "scores.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
