@@ -616,13 +616,17 @@ def test_local_stack_one_command_serves_from_the_bundled_postgres(tmp_path: Path
 
 
 def test_a_worker_killed_mid_background_run_leaves_it_to_another(
-    tmp_path: Path, checkpoints_url: str, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A background run whose worker is killed (SIGKILL) is taken up by another once its lease runs out."""
     import psycopg
     from langgraph_sdk import get_sync_client
 
+    from fastcrag.server.postgres import start_local_postgres
     from fastcrag.server.queue import TABLE
+
+    # its own Postgres: the module's server polls the shared one's run queue and would take these runs up too
+    checkpoints_url = with_password(start_local_postgres(tmp_path / "pg-kill", "fastcrag_kill"))
 
     # every run grades 200 candidates (no early exit), so it runs long enough to be killed mid-way
     env = serve_env(FASTRAG_API_KEY=KEY, FASTRAG_CHECKPOINTS=checkpoints_url, FASTRAG_TOP_K="200")
