@@ -32,6 +32,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))  # the project's own code, installed or not
+
+from fastcrag.retrieval.text import split_sentences  # noqa: E402
 
 
 @dataclass
@@ -47,13 +50,6 @@ def _norm(text: str) -> str:
     return " ".join(text.casefold().split())
 
 
-def _sentences(text: str) -> list[str]:
-    sys.path.insert(0, str(ROOT / "src"))
-    from fastcrag.retrieval.text import split_sentences
-
-    return split_sentences(text)
-
-
 def squad_snippets(data: Path) -> tuple[dict[str, str], list[Question]]:
     """SQuAD 2.0 dev paragraphs cut into snippets of two sentences, each a document; answerable questions only."""
     docs: dict[str, str] = {}
@@ -62,7 +58,7 @@ def squad_snippets(data: Path) -> tuple[dict[str, str], list[Question]]:
         for article in json.loads(file.read_text(encoding="utf-8"))["data"]:
             title = re.sub(r"[^A-Za-z0-9]+", "-", article["title"])[:40]
             for p, para in enumerate(article["paragraphs"]):
-                sents = _sentences(para["context"])
+                sents = split_sentences(para["context"])
                 snippets = [" ".join(sents[i : i + 2]) for i in range(0, len(sents), 2)]
                 names = [f"{title}-{p:03d}-{k}" for k in range(len(snippets))]
                 docs.update(zip(names, snippets, strict=True))
@@ -109,7 +105,7 @@ def perturbed(text: str, question: str, seed: int) -> str | None:
 
 def without_answers(text: str, answers: Sequence[str]) -> str:
     """The document without the sentences that hold one of `answers` (the near miss left in the index)."""
-    keep = [s for s in _sentences(text) if not any(_norm(a) in _norm(s) for a in answers)]
+    keep = [s for s in split_sentences(text) if not any(_norm(a) in _norm(s) for a in answers)]
     return "\n\n".join(keep)
 
 
@@ -177,7 +173,6 @@ def _run(cmd: list[str], log: Path) -> None:
 
 def ask_all(index: Path, reranker: str, calibration: Path | None, tests: list[tuple[str, Question]]) -> dict[str, Any]:
     """Ask every test question through the graph; the shares declined, answered and answered right per kind."""
-    sys.path.insert(0, str(ROOT / "src"))
     from fastcrag.config.settings import Settings
     from fastcrag.evaluation.scoring import is_abstention, normalize_answer
     from fastcrag.graph.builder import build_graph
