@@ -170,7 +170,9 @@ class Components:
 
     def _resolve(self, context: Context) -> RunConfig:
         calibration = self.calibration()
-        return resolve(self.settings, calibration.thresholds(), context, calibration.rerank_weight)
+        return resolve(
+            self.settings, calibration.thresholds(), context, calibration.rerank_weight, calibration.condition_factor
+        )
 
     def warm_up(self) -> None:
         """Load every part and run each model once (the CLI and servers call this; the graph loads lazily).

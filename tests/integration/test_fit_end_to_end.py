@@ -83,7 +83,11 @@ def test_fit_on_a_faiss_index_installs_and_ask_uses_it(
     # the index now carries its fit: `ask` uses its thresholds without any setting
     assert main(["ask", "In which year was Northaldonford founded?", "--index", str(index), "--json"]) == 0
     crag = json.loads(capsys.readouterr().out)["crag"]
-    assert crag["thresholds"] == {"reranker_threshold": cal.reranker_threshold, "crag_upper": cal.crag_upper}
+    assert crag["thresholds"] == {
+        "reranker_threshold": cal.reranker_threshold,
+        "crag_upper": cal.crag_upper,
+        "condition_factor": cal.condition_factor,
+    }
 
 
 def test_fit_fine_tunes_within_its_budget(tmp_path: Path, corpus: Path, capsys: pytest.CaptureFixture[str]) -> None:

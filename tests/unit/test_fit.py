@@ -18,9 +18,10 @@ from fastcrag.components import Components
 from fastcrag.config.calibration import CalibrationError, load_calibration, materialise_fit
 from fastcrag.config.settings import Settings
 from fastcrag.fitting import fit as fitmod
+from fastcrag.fitting.calibrate import choose_condition_factor, condition_curve
 from fastcrag.fitting.fit import FitOptions, fit
 from fastcrag.fitting.labels import Candidate, Labelled, answer_span, is_evidence, training_pairs
-from fastcrag.fitting.measure import choose_weight, order_curve
+from fastcrag.fitting.measure import choose_weight, condition_views, order_curve
 from fastcrag.fitting.questions import MIN_QUESTIONS, FitError, FitQuestion, read_questions, split_held_out
 from fastcrag.grading.reader import Span
 from fastcrag.retrieval.store import FaissStore
@@ -221,6 +222,33 @@ def test_rerank_weight_follows_the_held_out_order_and_needs_a_real_gain() -> Non
     assert order_curve(grader, by_source, top_k=4)[1.0] == 1.0  # per chunk it would be below 1
     per_chunk = [Labelled(FitQuestion(0, "q0", answers=("x",)), by_source[0].candidates)]
     assert order_curve(grader, per_chunk, top_k=4)[1.0] < 1.0
+
+
+def test_condition_factor_is_chosen_on_the_labels_and_kept_when_they_say_nothing() -> None:
+    class TownGrader:  # reads the town, not the year: every chunk about the town scores the same
+        name = "town"
+
+        def score(self, query: str, texts: Sequence[str]) -> list[float]:
+            town = query.split()[2]
+            return [0.9 if town in t else 0.1 for t in texts]
+
+    def item(i: int, year: bool) -> Labelled:
+        town, when = TOWNS[i], 1700 + i
+        q = f"Who ruled {town} in {when}?" if year else f"Who ruled {town} first?"
+        texts = [f"{town} was ruled by Ada in {when}.", f"{town} was ruled by Bo in {when + 30}.", "Bananas."]
+        candidates = [Candidate(f"c{j}", "s", t, j == 0) for j, t in enumerate(texts)]
+        return Labelled(FitQuestion(i, q, answers=("Ada",)), candidates)
+
+    naming = [item(i, year=True) for i in range(6)]
+    views = condition_views(TownGrader(), naming, top_k=3)
+    assert {k for k, *_ in views} == {"answerable", "gold_removed", "condition_changed"}
+    curve = condition_curve(views)
+    assert curve[1.0] == 0.5 and curve[0.0] == 1.0  # the year tells evidence from its near misses
+    factor, objective = choose_condition_factor(curve, views, default=1.0)
+    assert factor == 0.75 and "6 questions name" in objective  # ties: the mildest value with the best AUC
+    silent = condition_views(TownGrader(), [item(i, year=False) for i in range(6)], top_k=3)
+    assert len(set(condition_curve(silent).values())) == 1  # nothing named: the factor changes nothing
+    assert choose_condition_factor(condition_curve(silent), silent, default=0.5)[0] == 0.5
 
 
 def test_install_puts_the_fit_beside_the_index_and_components_use_it(

@@ -87,6 +87,21 @@ def test_a_fitted_rerank_weight_orders_the_candidates_not_the_band(weight: float
     assert crag["band"] == "CORRECT" and crag["top_score"] == pytest.approx(0.9)  # the best score, wherever it sits
 
 
+@pytest.mark.parametrize(("factor", "band", "action"), [(1.0, "CORRECT", "generate"), (0.0, "INCORRECT", "abstain")])
+def test_a_chunk_lacking_the_year_asked_about_is_scored_down(factor: float, band: str, action: str) -> None:
+    graph = build_graph(
+        retriever=ListRetriever(docs=[doc(GOOD, "g1")]),  # completed in 1889: the question asks about 1890
+        reranker=ScriptedReranker({"Eiffel": 0.9}),
+        llm=FakeChat(),
+        calibration=CALIBRATION.model_copy(update={"condition_factor": factor}),
+    )
+    crag = graph.invoke({"question": "Which tower was completed in 1890?"})["crag"]
+    assert crag["band"] == band and crag["action"] == action
+    assert crag["top_score"] == pytest.approx(0.9 * factor)
+    same_year = graph.invoke({"question": "Which tower was completed in 1889?"})["crag"]
+    assert same_year["band"] == "CORRECT"  # the chunk states the year asked about: nothing changes
+
+
 def test_grading_stops_at_the_first_batch_that_clears_crag_upper() -> None:
     docs = [doc(MIXED, "m1"), doc(GOOD, "g1"), doc(BAD, "b1"), doc(BAD + " Again.", "b2")]
     graph, reranker, chat, _ = make({"1889": 0.9, "330 metres": 0.5}, docs=docs, grade_batch=2)
@@ -299,7 +314,7 @@ def test_context_overrides_thresholds_and_switches() -> None:
     assert graph.invoke({"question": "q"})["crag"]["action"] == "refine"
     out = graph.invoke({"question": "q"}, context=Context(crag_upper=0.45))
     assert out["crag"]["action"] == "generate"
-    assert out["crag"]["thresholds"] == {"reranker_threshold": LOWER, "crag_upper": 0.45}
+    assert out["crag"]["thresholds"] == {"reranker_threshold": LOWER, "crag_upper": 0.45, "condition_factor": 1.0}
     assert (
         graph.invoke({"question": "q"}, context={"reranker_threshold": 0.55, "crag_upper": 0.6})["crag"]["action"]
         == "abstain"

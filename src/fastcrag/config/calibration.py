@@ -38,6 +38,13 @@ class Calibration(BaseModel):
         description="The grader's share of the candidate order against the first pass's (weighted reciprocal rank "
         "fusion; 1: the grader's order). Bands always read the best grader score.",
     )
+    condition_factor: float = Field(
+        1.0,
+        ge=0.0,
+        le=1.0,
+        description="A chunk that states no form of a year, ordinal or quarter the question names has its grader "
+        "score multiplied by this before grading (1: no check; fastcrag.grading.conditions).",
+    )
     data: str = ""
     objective: str = ""
     created: str = ""

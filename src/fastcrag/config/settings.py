@@ -187,7 +187,8 @@ class RunConfig:
     below `reranker_threshold`, else generate) and plain RAG (true: always generate from the top_n candidates).
     `plain` has no effect while `crag_enabled` is true. Not knobs: `grade_batch` (a setting) grades candidates in
     batches until one clears `crag_upper`; `rerank_weight` (calibration.json) orders them: the grader's order mixed
-    with the first pass's.
+    with the first pass's; `condition_factor` (calibration.json) scores down chunks lacking a condition the question
+    names (a year, an edition, a quarter).
     """
 
     crag_enabled: bool
@@ -201,6 +202,7 @@ class RunConfig:
     max_question_chars: int
     grade_batch: int = 0
     rerank_weight: Threshold = 1.0
+    condition_factor: Threshold = 1.0
 
     @property
     def plain_rag(self) -> bool:
@@ -221,8 +223,14 @@ def as_context(context: Any) -> Context:
     return Context()
 
 
-def resolve(settings: Settings, thresholds: tuple[float, float], context: Any, rerank_weight: float = 1.0) -> RunConfig:
-    """Merge settings, calibration (thresholds, candidate-order weight) and a run's context (`Context`, mapping, None).
+def resolve(
+    settings: Settings,
+    thresholds: tuple[float, float],
+    context: Any,
+    rerank_weight: float = 1.0,
+    condition_factor: float = 1.0,
+) -> RunConfig:
+    """Merge settings, calibration (thresholds, candidate order, condition check) and a run's context.
 
     Raises:
         ValueError: an override is out of its bounds, or the thresholds are out of order.
@@ -237,5 +245,6 @@ def resolve(settings: Settings, thresholds: tuple[float, float], context: Any, r
         max_question_chars=settings.max_question_chars,
         grade_batch=settings.grade_batch,
         rerank_weight=rerank_weight,
+        condition_factor=condition_factor,
         **merged,
     )

@@ -16,11 +16,12 @@ from fastcrag.config.calibration import Calibration
 from fastcrag.datasets import LabelledQuestion, question_pools, sample
 from fastcrag.fileio import write_json_atomic
 from fastcrag.grading.bands import band_of
+from fastcrag.grading.conditions import conditioned, named_conditions, with_conditions_changed
 from fastcrag.grading.reader import is_reader
-from fastcrag.grading.reranker import Reranker, checked_scores
+from fastcrag.grading.reranker import CachingReranker, Reranker, checked_scores
 from fastcrag.retrieval.embeddings import default_embeddings
 from fastcrag.retrieval.store import FaissStore
-from fastcrag.retrieval.text import chunk_text, split_sentences
+from fastcrag.retrieval.text import chunk_text, normalise, split_sentences
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,13 @@ class Observation:
     strip_chunk: str  # chunk holding the best-scoring sentence strip among the refined candidates
     span_score: float | None = None  # the reader's best span score over the top `read_k` chunks
     question: str = ""  # the question observed (a question's views are resampled together)
+
+
+FACTORS = (1.0, 0.75, 0.5, 0.25, 0.0)
+"""`condition_factor` values tried: 1 leaves scores as they are; 0 grades a chunk lacking a named condition 0."""
+
+ConditionView = tuple[str, str, list[str], list[float]]
+"""(class, question, candidate texts, their raw grader scores): one view for choosing `condition_factor`."""
 
 
 def build_corpus_store(docs: list[Any], chunk_tokens: int, chunk_overlap: int) -> FaissStore:
@@ -261,6 +269,58 @@ def choose_upper(obs: list[Observation], threshold: float, tolerance: float, min
     return 1.0
 
 
+def condition_curve(views: Sequence[ConditionView]) -> dict[float, float]:
+    """Mean AUC of the top chunk score, answerable against each class to decline, per `FACTORS` value.
+
+    Only questions that name a condition change with the factor; the rest are the field they are ranked against.
+    """
+    curve: dict[float, float] = {}
+    for f in FACTORS:
+        tops: dict[str, list[float]] = {}
+        for kind, q, texts, scores in views:
+            tops.setdefault(kind, []).append(max(conditioned(q, texts, scores, f)))
+        positives = tops.pop("answerable", [])
+        aucs = [auc(positives, v) for v in tops.values()] if positives else []
+        curve[f] = round(float(np.mean(aucs)), 4) if aucs else 0.0
+    return curve
+
+
+def choose_condition_factor(
+    curve: dict[float, float], views: Sequence[ConditionView], default: float
+) -> tuple[float, str]:
+    """`condition_factor`: the value with the best mean AUC.
+
+    Ties keep `default` (the base calibration's) when it is among the best, else the larger value; with no question
+    naming a condition every value ties, so `default` stays.
+    """
+    top = max(curve.values())
+    best = default if curve.get(default) == top else max(f for f, v in curve.items() if v == top)
+    changed = sum(kind == "condition_changed" for kind, *_ in views)
+    naming = len({q for _, q, *_ in views if named_conditions(q)})
+    classes = ", ".join(dict.fromkeys(kind.replace("_", " ") for kind, *_ in views if kind != "answerable"))
+    return best, (
+        f"condition_factor: the best mean AUC of the top chunk score over {FACTORS}, answerable against each class "
+        f"to decline ({classes}; {naming} questions name a year, ordinal or quarter, {changed} with their evidence "
+        f"changed); ties keep the base calibration's {default:g}"
+    )
+
+
+def squad_condition_views(
+    store: FaissStore, reranker: Reranker, questions: Sequence[LabelledQuestion], top_k: int
+) -> list[ConditionView]:
+    """`ConditionView`s of calibration questions: evidence is a retrieved chunk holding a gold answer."""
+    views: list[ConditionView] = []
+    for q in tqdm(questions, desc="conditions", unit="q", file=sys.stderr):
+        texts = [d.page_content for d in store.similarity_search(q.question, k=top_k)]
+        pairs = [(q.kind, texts)]
+        if q.kind == "answerable":
+            evidence = [any(normalise(a) in normalise(t) for a in q.answers) for t in texts]
+            changed = with_conditions_changed(q.question, texts, evidence)
+            pairs += [("condition_changed", changed)] if changed else []
+        views += [(kind, q.question, t, checked_scores(reranker, q.question, t)) for kind, t in pairs if t]
+    return views
+
+
 def calibrate(
     squad: Path,
     off_corpus: Path,
@@ -279,7 +339,13 @@ def calibrate(
     docs, pool = question_pools(squad, off_corpus)
     chosen = [q for i, (kind, qs) in enumerate(pool.items()) for q in sample(qs, per_class, seed + i)]
     store = build_corpus_store(docs, chunk_tokens, chunk_overlap)
+    reranker = CachingReranker(reranker)  # the condition views below score the same pairs again
     obs = observe(store, reranker, chosen, top_k, refine_k)
+    # condition_factor: every answerable question of the corpus that names a condition, against the sample
+    naming = [q for q in pool["answerable"] if named_conditions(q.question) and q not in chosen]
+    views = squad_condition_views(store, reranker, [*chosen, *naming], top_k)
+    factors = condition_curve(views)
+    factor, factor_objective = choose_condition_factor(factors, views, 1.0)
     threshold, objective = choose_threshold(obs, target_precision)
     upper = choose_upper(obs, threshold, tolerance, min_support=max(10, len(obs) // 20))
     reader_threshold, reader_objective = choose_reader_threshold(obs, threshold, target_precision)
@@ -298,6 +364,7 @@ def calibrate(
         "abstention_recall": round(recall, 4),
         "band_mix": bands,
         "median_top_score": {k: round(float(np.median(v)), 4) for k, v in by_kind.items() if v},
+        "auc_by_condition_factor": {f"{f:g}": v for f, v in factors.items()},
     }
     if passing:
         span_by_kind = {k: [float(o.span_score or 0.0) for o in passing if o.kind == k] for k in pool}
@@ -309,10 +376,11 @@ def calibrate(
         reranker_threshold=round(threshold, 6),
         crag_upper=round(upper, 6),
         reader_threshold=None if reader_threshold is None else round(reader_threshold, 6),
+        condition_factor=factor,
         data=f"{squad.name} (corpus: its {len(docs)} paragraphs; answerable, unanswerable); "
         f"off-corpus: {off_corpus.name} articles not in the corpus; {per_class} questions per class, seed {seed}",
         objective=f"{objective}; crag_upper: lowest score above which refinement moves the best evidence to "
-        f"another chunk for <= {tolerance:.0%} of questions",
+        f"another chunk for <= {tolerance:.0%} of questions; {factor_objective}",
         created=dt.date.today().isoformat(),
         metrics=metrics,
     )

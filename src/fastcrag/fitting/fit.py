@@ -19,6 +19,7 @@ from fastcrag.components import Components
 from fastcrag.config.calibration import FIT_DIR, Calibration, load_calibration
 from fastcrag.config.settings import Settings, is_postgres_url
 from fastcrag.fileio import write_json_atomic, write_text_atomic
+from fastcrag.fitting.calibrate import choose_condition_factor, condition_curve
 from fastcrag.fitting.generate import generate_questions, judge, write_questions_jsonl
 from fastcrag.fitting.labels import first_pass, training_pairs
 from fastcrag.fitting.measure import (
@@ -29,6 +30,7 @@ from fastcrag.fitting.measure import (
     Thresholds,
     calibrate_on,
     choose_weight,
+    condition_views,
     figures_of,
     figures_record,
     keep_fitted,
@@ -219,14 +221,24 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
     tmp.mkdir(parents=True)
     try:
         base_cached = CachingReranker(base)
-        base_obs = observe(base_cached, held, top_k, strips=True, progress=opts.progress, desc="held-out, base")
+        # the condition check is chosen first, on the base grader's scores: every grader below is judged with it
+        packaged = _packaged_calibration(base.name)
+        base_factor = packaged.condition_factor if packaged is not None else 1.0
+        views = condition_views(base_cached, held, top_k)
+        factors = condition_curve(views)
+        factor, factor_objective = choose_condition_factor(factors, views, base_factor)
+        base_obs = observe(base_cached, held, top_k, True, opts.progress, "held-out, base", factor)
         chosen, objective = calibrate_on(base_obs, opts.precision, opts.min_recall)
         figures = {"base": figures_of(base.name, base_obs, chosen)}
-        packaged = _packaged_calibration(base.name)
         if packaged is not None:
+            packaged_obs = (
+                base_obs
+                if packaged.condition_factor == factor
+                else observe(base_cached, held, top_k, True, False, "", packaged.condition_factor)
+            )
             figures["base, packaged thresholds"] = figures_of(
                 base.name,
-                base_obs,
+                packaged_obs,
                 Thresholds(packaged.reranker_threshold, packaged.crag_upper, packaged.reader_threshold),
             )
         kept, kept_cached, kept_obs, kept_name, grader_dir = base, base_cached, base_obs, base.name, None
@@ -248,9 +260,7 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
             )
             fitted = load_reranker(str(export))
             fitted_cached = CachingReranker(fitted)
-            fitted_obs = observe(
-                fitted_cached, held, top_k, strips=True, progress=opts.progress, desc="held-out, fitted"
-            )
+            fitted_obs = observe(fitted_cached, held, top_k, True, opts.progress, "held-out, fitted", factor)
             fitted_chosen, fitted_objective = calibrate_on(fitted_obs, opts.precision, opts.min_recall)
             figures["fitted"] = figures_of(name, fitted_obs, fitted_chosen)
             before, after = figures["base"].aucs(), figures["fitted"].aucs()
@@ -267,7 +277,9 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
                 calibrated_on = [*held, *(i for i in usable if not i.held_out)]
                 calibration_obs = [
                     *base_obs,
-                    *observe(base_cached, calibrated_on[len(held) :], top_k, True, opts.progress, "fit part, base"),
+                    *observe(
+                        base_cached, calibrated_on[len(held) :], top_k, True, opts.progress, "fit part, base", factor
+                    ),
                 ]
                 chosen, objective = calibrate_on(calibration_obs, opts.precision, opts.min_recall)
                 notes.append(
@@ -276,7 +288,7 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
                     f"questions, {KEEP_CONFIDENCE:.0%} needed): the base grader is kept, its thresholds drawn on all "
                     f"{len(calibrated_on)} usable questions (the fitted one is in rejected-grader/, to inspect)."
                 )
-        curve = order_curve(kept_cached, calibrated_on, top_k)
+        curve = order_curve(kept_cached, calibrated_on, top_k, factor)
         weight, weight_objective = choose_weight(curve)
         calibration = Calibration(
             reranker_model=kept_name,
@@ -284,11 +296,12 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
             crag_upper=round(chosen.upper, 6),
             reader_threshold=None if chosen.reader is None else round(chosen.reader, 6),
             rerank_weight=weight,
+            condition_factor=factor,
             data=f"{opts.questions.name}: calibrated on {len(calibrated_on)} of {len(items)} labelled questions "
             f"({'held out from the fine-tune' if grader_dir else 'the grader trained on none of them'}) over "
             f"{f'Postgres collection {opts.collection}' if opts.store else opts.index}, seed {opts.seed}; "
             f"classes answerable, gold removed, unanswerable",
-            objective=f"{objective}; {weight_objective}",
+            objective=f"{objective}; {weight_objective}; {factor_objective}",
             created=dt.date.today().isoformat(),
             metrics={
                 "questions": counts | {"calibrated_on": len(calibrated_on)},
@@ -296,6 +309,7 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
                 "held_out": {k: figures_record(v) for k, v in figures.items()},
                 "fitted_grader_kept": kept is not base,
                 "ndcg@10_by_rerank_weight": {f"{w:.1f}": v for w, v in curve.items()},
+                "auc_by_condition_factor": {f"{f:g}": v for f, v in factors.items()},
                 "fine_tune": training,
             },
         )

@@ -11,6 +11,7 @@ import numpy as np
 from tqdm import tqdm
 
 from fastcrag.fitting.calibrate import (
+    ConditionView,
     Observation,
     abstention_rates,
     auc,
@@ -23,6 +24,7 @@ from fastcrag.fitting.calibrate import (
 )
 from fastcrag.fitting.labels import Labelled
 from fastcrag.grading.bands import band_of
+from fastcrag.grading.conditions import conditioned, with_conditions_changed
 from fastcrag.grading.reranker import Reranker, checked_scores
 from fastcrag.retrieval.hybrid import fused_order
 
@@ -53,12 +55,19 @@ class GraderFigures:
 
 
 def observe(
-    grader: Reranker, items: Sequence[Labelled], top_k: int, strips: bool, progress: bool, desc: str
+    grader: Reranker,
+    items: Sequence[Labelled],
+    top_k: int,
+    strips: bool,
+    progress: bool,
+    desc: str,
+    condition_factor: float = 1.0,
 ) -> list[Observation]:
     """Per held-out question, what grading sees: answerable and its gold-removed twin, or unanswerable.
 
-    With `strips`, the best sentence strip of the top `REFINE_K` chunks too (for `crag_upper`); a grader that reads
-    also reads its top chunks (for `reader_threshold`). A question's two views share most candidates: pass a
+    Chunk scores are conditioned as the graph conditions them (`condition_factor`); strips are not. With `strips`,
+    the best sentence strip of the top `REFINE_K` chunks too (for `crag_upper`); a grader that reads also reads its
+    top chunks (for `reader_threshold`). A question's two views share most candidates: pass a
     `CachingReranker` so that each pair is scored once.
     """
     out: list[Observation] = []
@@ -72,7 +81,8 @@ def observe(
         for kind, view in views:
             if not view:
                 continue
-            scores = checked_scores(grader, q.question, [c.text for c in view])
+            texts = [c.text for c in view]
+            scores = conditioned(q.question, texts, checked_scores(grader, q.question, texts), condition_factor)
             ranked = sorted(zip(scores, view, strict=True), key=lambda t: t[0], reverse=True)
             top_chunk = ranked[0][1].chunk_id
             strip_chunk = (
@@ -234,7 +244,9 @@ def _judged(item: Labelled, order: Sequence[int], view: Sequence[Any]) -> list[b
     return ranked
 
 
-def order_curve(grader: Reranker, items: Sequence[Labelled], top_k: int) -> dict[float, float]:
+def order_curve(
+    grader: Reranker, items: Sequence[Labelled], top_k: int, condition_factor: float = 1.0
+) -> dict[float, float]:
     """Mean nDCG@10 of the evidence over held-out answerable questions, for each `rerank_weight` in `WEIGHTS`.
 
     The candidates are the first `top_k` of the first pass, ordered as the graph orders them (`fused_order`), judged
@@ -245,7 +257,8 @@ def order_curve(grader: Reranker, items: Sequence[Labelled], top_k: int) -> dict
     for item in items:
         view = item.answerable_view(top_k)
         if item.question.answerable and any(c.evidence for c in view):
-            lists.append((item, view, checked_scores(grader, item.question.question, [c.text for c in view])))
+            q, texts = item.question.question, [c.text for c in view]
+            lists.append((item, view, conditioned(q, texts, checked_scores(grader, q, texts), condition_factor)))
     return {
         w: round(float(np.mean([ndcg(_judged(it, fused_order(sc, w), v)) for it, v, sc in lists])), 4) if lists else 0.0
         for w in WEIGHTS
@@ -260,3 +273,24 @@ def choose_weight(curve: dict[float, float]) -> tuple[float, str]:
         f"rerank_weight: the grader's share of the candidate order (weighted RRF with the first pass) with the best "
         f"held-out nDCG@{ORDER_DEPTH} of the evidence, when it beats the grader's own order by >= {ORDER_GAIN}"
     )
+
+
+def condition_views(grader: Reranker, items: Sequence[Labelled], top_k: int) -> list[ConditionView]:
+    """The views of labelled questions: answerable, gold removed, unanswerable, and condition changed.
+
+    Condition changed is made without labels: an answerable question naming a year, ordinal or quarter, with its
+    evidence chunks stating another value (`with_conditions_changed`). Pass a `CachingReranker`.
+    """
+    views: list[ConditionView] = []
+    for item in items:
+        q = item.question.question
+        if item.question.answerable:
+            view = item.answerable_view(top_k)
+            texts = [c.text for c in view]
+            pairs = [("answerable", texts), ("gold_removed", [c.text for c in item.gold_removed_view(top_k)])]
+            changed = with_conditions_changed(q, texts, [c.evidence for c in view])
+            pairs += [("condition_changed", changed)] if changed else []
+        else:
+            pairs = [("unanswerable", [c.text for c in item.answerable_view(top_k)])]
+        views += [(kind, q, texts, checked_scores(grader, q, texts)) for kind, texts in pairs if texts]
+    return views

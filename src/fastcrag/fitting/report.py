@@ -91,6 +91,7 @@ def write_report(
 ) -> None:
     """Write report.md, scores.png and threshold.png into `folder`."""
     curve: dict[str, float] = cal.metrics.get("ndcg@10_by_rerank_weight", {})
+    factors: dict[str, float] = cal.metrics.get("auc_by_condition_factor", {})
     _plots(folder, base, fitted, cal)
     lines = [
         "# fastcrag fit report",
@@ -117,7 +118,8 @@ def write_report(
         *(_row(label, fig) for label, fig in figures.items()),
         "",
         f"Kept: `{cal.reranker_model}`, reranker_threshold {cal.reranker_threshold}, crag_upper {cal.crag_upper}, "
-        f"reader_threshold {cal.reader_threshold}, rerank_weight {cal.rerank_weight}.",
+        f"reader_threshold {cal.reader_threshold}, rerank_weight {cal.rerank_weight}, "
+        f"condition_factor {cal.condition_factor}.",
         "",
         "Candidate order on the held-out part (nDCG@10 of the evidence chunks; rerank_weight 1: the grader's order, "
         "0: the first pass's):",
@@ -125,6 +127,13 @@ def write_report(
         "| rerank_weight | " + " | ".join(curve) + " |",
         "|---|" + "---|" * len(curve),
         "| nDCG@10 | " + " | ".join(f"{v:.3f}" for v in curve.values()) + " |",
+        "",
+        "Chunks lacking a year, ordinal or quarter the question names, scored down by condition_factor (1: no check; "
+        "mean AUC of the top chunk score, the base grader):",
+        "",
+        "| condition_factor | " + " | ".join(factors) + " |",
+        "|---|" + "---|" * len(factors),
+        "| mean AUC | " + " | ".join(f"{v:.3f}" for v in factors.values()) + " |",
         "",
         f"Objective: {cal.objective}.",
         "",

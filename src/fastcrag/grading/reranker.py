@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from fastcrag.cache import Lazy, LRUCache
+from fastcrag.grading.conditions import conditioned
 from fastcrag.grading.onnx_grader import OnnxCrossEncoderReranker
 from fastcrag.grading.reader import Span, is_reader
 from fastcrag.modelmeta import META_FILE, read_model_meta
@@ -54,10 +55,13 @@ def checked_scores(reranker: Reranker, query: str, texts: Sequence[str]) -> list
     return scores
 
 
-def scores_until(reranker: Reranker, query: str, texts: Sequence[str], batch: int, enough: float) -> list[float]:
+def scores_until(
+    reranker: Reranker, query: str, texts: Sequence[str], batch: int, enough: float, condition_factor: float = 1.0
+) -> list[float]:
     """Scores of `texts` in order, `batch` at a time, stopping after the batch where one reaches `enough`.
 
-    The result covers a prefix of `texts` (all of them when none reaches `enough`, or when `batch` is 0).
+    The result covers a prefix of `texts` (all of them when none reaches `enough`, or when `batch` is 0). Texts
+    lacking a condition the query names are scored down by `condition_factor` first (`conditioned`).
 
     Raises:
         RerankerError: as `checked_scores`.
@@ -65,7 +69,8 @@ def scores_until(reranker: Reranker, query: str, texts: Sequence[str], batch: in
     step = batch or len(texts)
     scores: list[float] = []
     for start in range(0, len(texts), max(1, step)):
-        batch_scores = checked_scores(reranker, query, texts[start : start + step])
+        part = texts[start : start + step]
+        batch_scores = conditioned(query, part, checked_scores(reranker, query, part), condition_factor)
         scores += batch_scores
         if max(batch_scores) >= enough:  # the earlier batches all stayed below it
             break

@@ -83,8 +83,12 @@ def retrieve(state: State, run: Run) -> dict[str, Any]:
         # Candidates are always graded against the user's question: a rewrite may widen recall,
         # but it can never make weak evidence look strong for a question nobody asked.
         # In first-pass order, a batch at a time: once one clears crag_upper the band is CORRECT, whatever the rest.
+        # A chunk lacking a year, edition or quarter the question names is scored down (`condition_factor`).
         texts = [c["text"] for c in fresh]
-        scores = scores_until(run.parts.reranker(), question, texts, run.cfg.grade_batch, run.cfg.crag_upper)
+        cfg = run.cfg
+        scores = scores_until(
+            run.parts.reranker(), question, texts, cfg.grade_batch, cfg.crag_upper, cfg.condition_factor
+        )
     except Exception as exc:
         return update | {"failure": str(exc)}
     reranked = time.perf_counter()

@@ -69,5 +69,13 @@ def provenance(parts: Components, cfg: RunConfig | None) -> dict[str, Any]:
         name: str | None = parts.reranker().name
     except Exception:  # the failure itself is already in the trace
         name = None
-    thresholds = {"reranker_threshold": cfg.reranker_threshold, "crag_upper": cfg.crag_upper} if cfg else None
+    thresholds = (
+        {
+            "reranker_threshold": cfg.reranker_threshold,
+            "crag_upper": cfg.crag_upper,
+            "condition_factor": cfg.condition_factor,
+        }
+        if cfg
+        else None
+    )
     return {"reranker": name, "thresholds": thresholds}

@@ -1,0 +1,64 @@
+"""Conditions a question names (years, ordinals, quarters) and the chunks that lack them."""
+
+from __future__ import annotations
+
+import pytest
+
+from fastcrag.grading.conditions import (
+    change_conditions,
+    conditioned,
+    lacks_condition,
+    named_conditions,
+    stated_forms,
+    with_conditions_changed,
+)
+
+
+@pytest.mark.parametrize(
+    ("question", "named"),
+    [
+        ("Who won the Tour de France in 2019?", [{"y2019"}]),
+        ("What was Apple's revenue in Q3 2021?", [{"q3"}, {"y2021"}]),
+        ("What was Apple's revenue in the third quarter?", [{"q3"}]),
+        ("Who hosted the 45th edition?", [{"o45"}]),
+        ("How many died in the 1918-1919 pandemic?", [{"y1918", "y1919"}]),  # a range: either end
+        ("Who won the 2019-20 season?", [{"y2019", "y2020"}]),
+        # not conditions: names, decades, centuries, cardinals, words
+        ("What is the R0 of COVID-19 and HAdV-55?", []),
+        ("What happened in the 1990s?", []),
+        ("Who ruled in the 16th century?", []),
+        ("Who was the first president of 3 states?", []),
+    ],
+)
+def test_named_conditions(question: str, named: list[set[str]]) -> None:
+    assert [set(c) for c in named_conditions(question)] == named
+
+
+def test_a_chunk_states_a_condition_in_any_form() -> None:
+    assert {"o45", "q3", "y2019", "y2020"} <= stated_forms("The forty-fifth race (2019-20) in Q3.")
+    assert "o12" in stated_forms("On May 12, 1855, the fleet sailed.")  # a date states the day's ordinal
+    assert "q3" in stated_forms("Third-quarter profit rose.")
+    question = "Who won the race in 2019?"
+    assert not lacks_condition(named_conditions(question), "Bernal won the 2019 race.")
+    assert lacks_condition(named_conditions(question), "Pogacar won the 2020 race.")
+    assert not lacks_condition([], "anything")
+
+
+def test_conditioned_scores_down_only_chunks_lacking_a_named_condition() -> None:
+    texts = ["Bernal won the 2019 race.", "Pogacar won the 2020 race."]
+    assert conditioned("Who won in 2019?", texts, [0.9, 0.8], 0.5) == [0.9, 0.4]
+    assert conditioned("Who won in 2019?", texts, [0.9, 0.8], 1.0) == [0.9, 0.8]
+    assert conditioned("Who won the race?", texts, [0.9, 0.8], 0.0) == [0.9, 0.8]  # names no condition
+
+
+def test_change_conditions_makes_a_near_miss_under_another_condition() -> None:
+    named = named_conditions("What was revenue in the third quarter of 2021?")
+    changed = change_conditions("In the third quarter of 2021 revenue was 5bn (Q3).", named)
+    assert changed == "In the fourth quarter of 2022 revenue was 5bn (Q4)."
+    assert change_conditions("Revenue was 5bn.", named) is None  # states none of them: nothing to change
+    assert with_conditions_changed("Who won in 2019?", ["Won in 2019.", "Other."], [True, False]) == [
+        "Won in 2020.",
+        "Other.",
+    ]
+    assert with_conditions_changed("Who won?", ["Won in 2019."], [True]) is None
+    assert with_conditions_changed("Who won in 2019?", ["Won in 2019."], [False]) is None
