@@ -1,13 +1,14 @@
-"""Conditions a question names (a year, an ordinal such as an edition, a quarter), and chunks that lack them.
+"""Conditions a question names (a year, an ordinal such as an edition, a quarter, a month), and chunks lacking them.
 
-A chunk about the same thing under another condition (another year, edition or quarter) reads to a cross-encoder
-almost exactly like the evidence, and answers another question. A chunk that states none of the forms of a condition
-the question names is scored down by the calibrated `condition_factor` (1: no check; `fastcrag fit` and
-`fastcrag calibrate` choose it on labelled questions). The check reads digits only on the question's side (a year
-such as 2019, an ordinal such as 45th, a quarter such as Q3 or "third quarter"), so that common words ("the first
-president") are never conditions; on the chunk's side every form counts (45th or forty-fifth, Q3 or third quarter,
-2019 inside 2019-20), so that a chunk is scored down only when the condition is absent in every form.
-Numbers inside names (COVID-19, HAdV-55, 2019-nCoV), decades (1990s) and centuries (16th century) are not conditions.
+A chunk about the same thing under another condition (another year, edition, quarter or month) reads to a
+cross-encoder almost exactly like the evidence, and answers another question. A chunk that states none of the forms of
+a condition the question names is scored down by the calibrated `condition_factor` (1: no check; `fastcrag fit` and
+`fastcrag calibrate` choose it on labelled questions). On the question's side only unambiguous forms name a condition:
+digits (a year such as 2019 or FY2019, an ordinal such as 45th, a quarter such as Q3 or "third quarter") and
+capitalised month names, so that common words ("the first president", "may") never do. On the chunk's side every form
+counts (45th or forty-fifth, Q3 or third quarter, 2019 inside 2019-20, Mar or 2020-03-15), so that a chunk is scored
+down only when the condition is absent in every form. Numbers inside names (COVID-19, HAdV-55, 2019-nCoV), decades
+(1990s) and centuries (16th century) are not conditions.
 """
 
 from __future__ import annotations
@@ -27,8 +28,18 @@ _MONTHS = "jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec"
 _DATE_DAY = re.compile(
     rf"\b(?:{_MONTHS})[a-z]*\.?\s+(\d{{1,2}})(?!\d)|(?<!\d)(\d{{1,2}})(?:\s+of)?\s+(?:{_MONTHS})[a-z]*\b"
 )
+_MONTH_NAMES = ("January February March April May June July August September October November December").split()
+_MONTH_FORMS = {m.lower(): i + 1 for i, m in enumerate(_MONTH_NAMES)} | {
+    m[:3].lower(): i + 1 for i, m in enumerate(_MONTH_NAMES)
+}
+_MONTH_FORMS["sept"] = 9
+_NAMED_MONTH = re.compile(r"\b(" + "|".join(_MONTH_NAMES) + r")\b")  # capitalised: "may" the verb is no month
+_STATED_MONTH = re.compile(r"\b(" + "|".join(sorted(_MONTH_FORMS, key=len, reverse=True)) + r")\b")
+_ISO_DATE = re.compile(r"(?<!\d)(?:1[0-9]|20)[0-9]{2}-(0[1-9]|1[0-2])-[0-3][0-9](?!\d)")
 _NOT_NAME = r"(?<![\w-])"  # not glued to a name on the left (COVID-19, HAdV-55)
-_YEAR = re.compile(_NOT_NAME + r"(1[0-9]{3}|20[0-9]{2})(?:\s*[-\u2013]\s*(1[0-9]{3}|20[0-9]{2}|[0-9]{2}))?(?![\w-]|'s)")
+_YEAR = re.compile(
+    _NOT_NAME + r"(?:fy)?(1[0-9]{3}|20[0-9]{2})(?:\s*[-\u2013]\s*(1[0-9]{3}|20[0-9]{2}|[0-9]{2}))?(?![\w-]|'s)"
+)
 _DIGIT_ORDINAL = re.compile(_NOT_NAME + r"(\d{1,4})(?:st|nd|rd|th)(?![\w-])(?!\s+centur)")
 _QUARTER = re.compile(r"\bq([1-4])\b|\b(first|second|third|fourth|1st|2nd|3rd|4th)[\s-]+(?:fiscal\s+)?quarter\b")
 
@@ -42,10 +53,14 @@ def _ordinal_value(word: str) -> int | None:
 def named_conditions(question: str) -> list[frozenset[str]]:
     """The conditions `question` names, each as the set of forms that satisfy it (a year range: either end).
 
-    Forms are normalised: `y2019` for a year, `o45` for an ordinal, `q3` for a quarter.
+    Forms are normalised: `y2019` for a year, `o45` for an ordinal, `q3` for a quarter, `m3` for a month.
     """
     low = question.lower()
-    found: list[frozenset[str]] = []
+    found: list[frozenset[str]] = [
+        frozenset({f"m{_MONTH_FORMS[m[1].lower()]}"})
+        for m in _NAMED_MONTH.finditer(question.lstrip())
+        if not (m.start() == 0 and m[1] == "May")  # "May I ..."
+    ]
     for m in _QUARTER.finditer(low):
         n = m.group(1) or _ordinal_value(m.group(2))
         found.append(frozenset({f"q{n}"}))
@@ -78,6 +93,8 @@ def stated_forms(text: str) -> set[str]:
             forms.add(f"o{_TENS_ORDINAL[word]}")
     forms |= {f"q{n}" for n in re.findall(r"\bq([1-4])\b", low) + re.findall(r"\b([1-4])q\b", low)}
     forms |= {f"q{o[1:]}" for o in forms if o.startswith("o") and o[1:] in {"1", "2", "3", "4"}}
+    forms |= {f"m{_MONTH_FORMS[m]}" for m in _STATED_MONTH.findall(low)}
+    forms |= {f"m{int(m)}" for m in _ISO_DATE.findall(low)}
     return forms
 
 
@@ -109,8 +126,17 @@ def _suffix(n: int) -> str:
     return "th" if n % 100 in (11, 12, 13) else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
 
 
+_CAPITAL_FORMS = sorted([*_MONTH_NAMES, *(m[:3] for m in _MONTH_NAMES), "Sept"], key=len, reverse=True)
+_CAPITAL_MONTH = re.compile(r"\b(?:" + "|".join(_CAPITAL_FORMS) + r")\b")
+
+
+def _next_month(form: str) -> str:
+    n = _MONTH_FORMS[form.lower()] % 12
+    return _MONTH_NAMES[n] if len(form) > 4 else _MONTH_NAMES[n][:3]
+
+
 def change_conditions(text: str, conditions: Sequence[frozenset[str]]) -> str | None:
-    """`text` stating another value of each condition it states (year + 1, ordinal + 1, quarter + 1), or None.
+    """`text` stating another value of each condition it states (year, ordinal, quarter or month + 1), or None.
 
     A near miss made without labels: the question's evidence under another condition answers another question.
     None when `text` states none of `conditions`, or still states one after the change (a form left unchanged).
@@ -121,7 +147,10 @@ def change_conditions(text: str, conditions: Sequence[frozenset[str]]) -> str | 
     years = {f[1:] for c in conditions for f in c if f.startswith("y")}
     ordinals = {int(f[1:]) for c in conditions for f in c if f.startswith("o")}
     quarters = {int(f[1:]) for c in conditions for f in c if f.startswith("q")}
+    months = {int(f[1:]) for c in conditions for f in c if f.startswith("m")}
     out = text
+    if months:
+        out = _CAPITAL_MONTH.sub(lambda m: _next_month(m[0]) if _MONTH_FORMS[m[0].lower()] in months else m[0], out)
     if years:
         year = r"(?<!\d)(1[0-9]{3}|20[0-9]{2})(?!\d)"
         out = re.sub(year, lambda m: str(int(m[1]) + 1) if m[1] in years else m[1], out)
