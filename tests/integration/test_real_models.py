@@ -153,7 +153,7 @@ def test_calibrate_writes_a_valid_file(tmp_path: Path) -> None:
 
     cal = load_calibration(out)
     assert cal.metrics["questions"] == {"answerable": 8, "unanswerable": 8, "off_corpus": 8}
-    curve = cal.metrics["auc_by_condition_factor"]  # every answerable question naming a year, ordinal or quarter
+    curve = cal.metrics["auc_by_condition_factor"]  # every answerable question naming a year, ordinal, quarter or month
     assert list(curve) == ["1", "0.75", "0.5", "0.25", "0"]
     assert curve[f"{cal.condition_factor:g}"] == max(curve.values())
     assert "condition changed" in cal.objective

@@ -42,8 +42,8 @@ class Calibration(BaseModel):
         1.0,
         ge=0.0,
         le=1.0,
-        description="A chunk that states no form of a year, ordinal or quarter the question names has its grader "
-        "score multiplied by this before grading (1: no check; fastcrag.grading.conditions).",
+        description="A chunk that states no form of a year, ordinal, quarter or month the question names has its "
+        "grader score multiplied by this before grading (1: no check; fastcrag.grading.conditions).",
     )
     data: str = ""
     objective: str = ""

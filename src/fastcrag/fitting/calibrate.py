@@ -300,8 +300,8 @@ def choose_condition_factor(
     classes = ", ".join(dict.fromkeys(kind.replace("_", " ") for kind, *_ in views if kind != "answerable"))
     return best, (
         f"condition_factor: the best mean AUC of the top chunk score over {FACTORS}, answerable against each class "
-        f"to decline ({classes}; {naming} questions name a year, ordinal or quarter, {changed} with their evidence "
-        f"changed); ties keep the base calibration's {default:g}"
+        f"to decline ({classes}; {naming} questions name a year, ordinal, quarter or month, {changed} with their "
+        f"evidence changed); ties keep the base calibration's {default:g}"
     )
 
 

@@ -278,7 +278,7 @@ def choose_weight(curve: dict[float, float]) -> tuple[float, str]:
 def condition_views(grader: Reranker, items: Sequence[Labelled], top_k: int) -> list[ConditionView]:
     """The views of labelled questions: answerable, gold removed, unanswerable, and condition changed.
 
-    Condition changed is made without labels: an answerable question naming a year, ordinal or quarter, with its
+    Condition changed is made without labels: an answerable question naming a year, ordinal, quarter or month, with its
     evidence chunks stating another value (`with_conditions_changed`). Pass a `CachingReranker`.
     """
     views: list[ConditionView] = []

@@ -128,8 +128,8 @@ def write_report(
         "|---|" + "---|" * len(curve),
         "| nDCG@10 | " + " | ".join(f"{v:.3f}" for v in curve.values()) + " |",
         "",
-        "Chunks lacking a year, ordinal or quarter the question names, scored down by condition_factor (1: no check; "
-        "mean AUC of the top chunk score, the base grader):",
+        "Chunks lacking a year, ordinal, quarter or month the question names, scored down by condition_factor (1: no "
+        "check; mean AUC of the top chunk score, the base grader):",
         "",
         "| condition_factor | " + " | ".join(factors) + " |",
         "|---|" + "---|" * len(factors),
