@@ -28,6 +28,7 @@ from fastcrag.grading.conditions import (
         ("May I ask who may win?", []),  # the verb, capitalised or not, is no month
         # not conditions: names, decades, centuries, cardinals, words
         ("What is the R0 of COVID-19 and HAdV-55?", []),
+        ("Do 1/2000 in the UK test positive?", []),
         ("What happened in the 1990s?", []),
         ("Who ruled in the 16th century?", []),
         ("Who was the first president of 3 states?", []),

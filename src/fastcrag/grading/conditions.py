@@ -36,7 +36,7 @@ _MONTH_FORMS["sept"] = 9
 _NAMED_MONTH = re.compile(r"\b(" + "|".join(_MONTH_NAMES) + r")\b")  # capitalised: "may" the verb is no month
 _STATED_MONTH = re.compile(r"\b(" + "|".join(sorted(_MONTH_FORMS, key=len, reverse=True)) + r")\b")
 _ISO_DATE = re.compile(r"(?<!\d)(?:1[0-9]|20)[0-9]{2}-(0[1-9]|1[0-2])-[0-3][0-9](?!\d)")
-_NOT_NAME = r"(?<![\w-])"  # not glued to a name on the left (COVID-19, HAdV-55)
+_NOT_NAME = r"(?<![\w/.-])"  # not glued to a name or a fraction on the left (COVID-19, HAdV-55, 1/2000)
 _YEAR = re.compile(
     _NOT_NAME + r"(?:fy)?(1[0-9]{3}|20[0-9]{2})(?:\s*[-\u2013]\s*(1[0-9]{3}|20[0-9]{2}|[0-9]{2}))?(?![\w-]|'s)"
 )
