@@ -672,3 +672,100 @@ def test_a_worker_killed_mid_background_run_leaves_it_to_another(
         # the thread stays usable: the next run on it answers
         out = client.runs.wait(thread_id, "crag", input={"question": QUESTIONS[0]})
         assert isinstance(out, dict) and out["answer"] and out["answer"] != ABSTAIN
+
+
+def test_postgres_restarted_under_load_fails_runs_cleanly_and_every_thread_answers_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """20 SDK clients on 2 workers, each on its own thread; Postgres stopped (fast shutdown) mid-load, started again.
+
+    Runs in flight end in an abstention with its reason or a 503, none past the run timeout; every thread answers
+    again soon after Postgres is back; no acknowledged run's checkpoint is lost.
+    """
+    import pgserver
+    from langgraph_sdk import get_client
+
+    from fastcrag.server.postgres import start_local_postgres
+
+    folder = tmp_path / "pg-restart"
+    checkpoints_url = with_password(start_local_postgres(folder, "fastcrag_restart"))
+    run_timeout = 15.0
+    env = serve_env(FASTRAG_API_KEY=KEY, FASTRAG_CHECKPOINTS=checkpoints_url)
+    clients, before_s, down_s, after_s = 20, 4.0, 3.0, 8.0
+    acknowledged: dict[str, int] = {}
+    outcomes: dict[str, int] = {}
+    slowest = 0.0
+    marks: dict[str, float] = {}
+    back: dict[str, float] = {}  # per thread: its first answer after Postgres returned, seconds after
+
+    def count(outcome: str) -> None:
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+
+    async def one_client(client: Any, index: int, end: float) -> None:
+        nonlocal slowest
+        thread_id = (await client.threads.create(metadata={"restart": index}))["thread_id"]
+        acknowledged[thread_id] = 0
+        j = 0
+        while time.monotonic() < end:
+            question = QUESTIONS[(index + j) % len(QUESTIONS)]
+            j += 1
+            started = time.monotonic()
+            try:
+                out = await client.runs.wait(thread_id, "crag", input={"question": question})
+            except httpx.HTTPStatusError as exc:
+                count(f"HTTP {exc.response.status_code}")
+            except Exception as exc:  # a hang or a dropped connection: counted, and fails the test below
+                count(type(exc).__name__)
+            else:
+                failure = (out.get("crag") or {}).get("failure")
+                if failure is None:
+                    acknowledged[thread_id] += 1
+                    count("answered")
+                    if "up" in marks:
+                        back.setdefault(thread_id, time.monotonic() - marks["up"])
+                else:
+                    count("abstained, Postgres unreachable" if "the run failed" in failure else f"other: {failure}")
+            slowest = max(slowest, time.monotonic() - started)
+            if "down" in marks and "up" not in marks:
+                await asyncio.sleep(0.2)  # no busy loop while the database is away
+
+    async def outage() -> None:
+        await asyncio.sleep(before_s)
+        server = pgserver.get_server(folder)
+        pid = server.get_pid()
+        assert pid
+        os.kill(pid, signal.SIGINT)  # fast shutdown: every connection is cut
+        marks["down"] = time.monotonic()
+        await asyncio.sleep(down_s)
+        await asyncio.to_thread(server.ensure_postgres_running)
+        marks["up"] = time.monotonic()
+
+    async def load(url: str) -> None:
+        client = get_client(url=url, api_key=KEY, timeout=httpx.Timeout(60.0, connect=10.0))
+        end = time.monotonic() + before_s + down_s + after_s
+        await asyncio.gather(outage(), *(one_client(client, i, end) for i in range(clients)))
+
+        async def answers_again(thread_id: str) -> None:  # and kept every run it acknowledged
+            out = await client.runs.wait(thread_id, "crag", input={"question": QUESTIONS[0]})
+            assert (out.get("crag") or {}).get("failure") is None, out.get("crag")
+            acknowledged[thread_id] += 1
+            back.setdefault(thread_id, time.monotonic() - marks["up"])
+            history = await client.threads.get_history(thread_id, limit=1000)
+            inputs = sum((c.get("metadata") or {}).get("source") == "input" for c in history)
+            assert inputs >= acknowledged[thread_id], (thread_id, inputs, acknowledged[thread_id])
+
+        await asyncio.gather(*(answers_again(t) for t in acknowledged))
+
+    with run_serve(tmp_path, env, "--run-timeout", str(run_timeout)) as served:
+        asyncio.run(load(served.url))
+        log = served.log_text()
+    report(
+        capsys,
+        f"Postgres restarted under load ({clients} clients, 2 workers, down {down_s:g} s): outcomes {outcomes}; "
+        f"slowest run {slowest:.1f} s; every thread answered again within {max(back.values()):.1f} s of Postgres "
+        f"returning; {sum(acknowledged.values())} acknowledged runs, none lost",
+    )
+    assert outcomes.get("answered", 0) > 0 and outcomes.get("abstained, Postgres unreachable", 0) > 0
+    assert set(outcomes) <= {"answered", "abstained, Postgres unreachable", "HTTP 503"}, outcomes
+    assert slowest <= run_timeout + 5 and max(back.values()) <= run_timeout
+    assert PASSWORD not in log and "Traceback" not in log

@@ -85,6 +85,8 @@ async def _postgres(url: str, pool_size: int) -> AsyncIterator[Any]:
         max_size=pool_size,
         open=False,
         timeout=POOL_WAIT_S,
+        # a connection is checked as it leaves the pool: after a Postgres restart, dead ones are replaced, not used
+        check=AsyncConnectionPool.check_connection,
         kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
     )
     try:
