@@ -395,6 +395,7 @@ def test_load_200_runs_from_20_clients(
     before = served.answered()
     failures: list[str] = []
     latencies: list[float] = []
+    later: list[float] = []  # every run but each client's first
 
     async def one_client(client: Any, index: int) -> None:
         thread = await client.threads.create(metadata={"load": index})
@@ -407,6 +408,8 @@ def test_load_200_runs_from_20_clients(
                 failures.append(f"client {index} run {j}: {type(exc).__name__}: {exc}")
                 continue
             latencies.append((time.perf_counter() - started) * 1000)
+            if j:
+                later.append(latencies[-1])
             if out.get("crag", {}).get("failure") is not None or chunk_ids(out) != reference[question]:
                 failures.append(f"client {index} run {j} ({question}): {json.dumps(out.get('crag'))[:300]}")
 
@@ -419,10 +422,13 @@ def test_load_200_runs_from_20_clients(
     wall = asyncio.run(load())
     runs = clients * per_client
     p50, p95 = statistics.median(latencies), statistics.quantiles(latencies, n=20)[-1]
+    # the tail is the opening burst: 20 first runs at once, of questions neither worker has graded yet
+    later_p50, later_p95 = statistics.median(later), statistics.quantiles(later, n=20)[-1]
     report(
         capsys,
         f"load: {runs} runs / {clients} clients / {WORKERS} workers in {wall:.1f} s ({runs / wall:.1f} runs/s); "
-        f"latency P50 {p50:.0f} ms, P95 {p95:.0f} ms; failures {len(failures)}",
+        f"latency P50 {p50:.0f} ms, P95 {p95:.0f} ms (each client's later runs: P50 {later_p50:.0f} ms, P95 "
+        f"{later_p95:.0f} ms); failures {len(failures)}",
     )
     assert failures == [], failures[:5]
     assert len(latencies) == runs
@@ -724,7 +730,13 @@ def test_postgres_restarted_under_load_fails_runs_cleanly_and_every_thread_answe
                     if "up" in marks:
                         back.setdefault(thread_id, time.monotonic() - marks["up"])
                 else:
-                    count("abstained, Postgres unreachable" if "the run failed" in failure else f"other: {failure}")
+                    count(
+                        "abstained: Postgres unreachable"
+                        if "the run failed" in failure
+                        else "abstained: over the time limit"
+                        if "took longer than" in failure
+                        else f"other: {failure}"
+                    )
             slowest = max(slowest, time.monotonic() - started)
             if "down" in marks and "up" not in marks:
                 await asyncio.sleep(0.2)  # no busy loop while the database is away
@@ -765,7 +777,8 @@ def test_postgres_restarted_under_load_fails_runs_cleanly_and_every_thread_answe
         f"slowest run {slowest:.1f} s; every thread answered again within {max(back.values()):.1f} s of Postgres "
         f"returning; {sum(acknowledged.values())} acknowledged runs, none lost",
     )
-    assert outcomes.get("answered", 0) > 0 and outcomes.get("abstained, Postgres unreachable", 0) > 0
-    assert set(outcomes) <= {"answered", "abstained, Postgres unreachable", "HTTP 503"}, outcomes
+    assert outcomes.get("answered", 0) > 0 and outcomes.get("abstained: Postgres unreachable", 0) > 0
+    ends = {"answered", "abstained: Postgres unreachable", "abstained: over the time limit", "HTTP 503"}
+    assert set(outcomes) <= ends, outcomes
     assert slowest <= run_timeout + 5 and max(back.values()) <= run_timeout
     assert PASSWORD not in log and "Traceback" not in log
