@@ -221,10 +221,11 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
     tmp.mkdir(parents=True)
     try:
         base_cached = CachingReranker(base)
-        # the condition check is chosen first, on the base grader's scores: every grader below is judged with it
+        # the condition check is chosen first, on the base grader's scores over every usable question (the base
+        # trained on none of them): every grader below is judged with it
         packaged = _packaged_calibration(base.name)
         base_factor = packaged.condition_factor if packaged is not None else 1.0
-        views = condition_views(base_cached, held, top_k)
+        views = condition_views(base_cached, usable, top_k)
         factors = condition_curve(views)
         factor, factor_objective = choose_condition_factor(factors, views, base_factor)
         base_obs = observe(base_cached, held, top_k, True, opts.progress, "held-out, base", factor)
