@@ -246,6 +246,17 @@ def test_condition_factor_is_chosen_on_the_labels_and_kept_when_they_say_nothing
     assert curve[1.0] == 0.5 and curve[0.0] == 1.0  # the year tells evidence from its near misses
     factor, objective = choose_condition_factor(curve, views, default=1.0)
     assert factor == 0.75 and "6 questions name" in objective  # ties: the mildest value with the best AUC
+    # a corpus whose evidence does not state the year its questions name (dated elsewhere): the check would decline
+    # answerable questions, so the labels keep it off
+    undated = [
+        Labelled(
+            FitQuestion(i, f"Who ruled {TOWNS[i]} in {1700 + i}?", answers=("Ada",)),
+            [Candidate("c0", "s", f"{TOWNS[i]} was ruled by Ada.", True), Candidate("c1", "s", "Bananas.", False)],
+        )
+        for i in range(6)
+    ]
+    kept_off = condition_views(TownGrader(), undated, top_k=2)
+    assert choose_condition_factor(condition_curve(kept_off), kept_off, default=0.0)[0] == 1.0
     silent = condition_views(TownGrader(), [item(i, year=False) for i in range(6)], top_k=3)
     assert len(set(condition_curve(silent).values())) == 1  # nothing named: the factor changes nothing
     assert choose_condition_factor(condition_curve(silent), silent, default=0.5)[0] == 0.5
