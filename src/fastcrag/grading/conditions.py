@@ -24,17 +24,15 @@ _ORDINALS = {w: i + 1 for i, w in enumerate(_ORDINAL_WORDS)}
 _TENS = {"twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80, "ninety": 90}
 _TENS_ORDINAL = {w[:-1] + "ieth": n for w, n in _TENS.items()}  # twentieth ... ninetieth
 
-_MONTHS = "jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec"
-_DATE_DAY = re.compile(
-    rf"\b(?:{_MONTHS})[a-z]*\.?\s+(\d{{1,2}})(?!\d)|(?<!\d)(\d{{1,2}})(?:\s+of)?\s+(?:{_MONTHS})[a-z]*\b"
-)
-_MONTH_NAMES = ("January February March April May June July August September October November December").split()
+_MONTH_NAMES = "January February March April May June July August September October November December".split()
 _MONTH_FORMS = {m.lower(): i + 1 for i, m in enumerate(_MONTH_NAMES)} | {
     m[:3].lower(): i + 1 for i, m in enumerate(_MONTH_NAMES)
 }
 _MONTH_FORMS["sept"] = 9
+_MONTHS = "|".join(sorted(_MONTH_FORMS, key=len, reverse=True))
+_DATE_DAY = re.compile(rf"\b(?:{_MONTHS})\.?\s+(\d{{1,2}})(?!\d)|(?<!\d)(\d{{1,2}})(?:\s+of)?\s+(?:{_MONTHS})\b")
 _NAMED_MONTH = re.compile(r"\b(" + "|".join(_MONTH_NAMES) + r")\b")  # capitalised: "may" the verb is no month
-_STATED_MONTH = re.compile(r"\b(" + "|".join(sorted(_MONTH_FORMS, key=len, reverse=True)) + r")\b")
+_STATED_MONTH = re.compile(rf"\b({_MONTHS})\b")
 _ISO_DATE = re.compile(r"(?<!\d)(?:1[0-9]|20)[0-9]{2}-(0[1-9]|1[0-2])-[0-3][0-9](?!\d)")
 _NOT_NAME = r"(?<![\w/.-])"  # not glued to a name or a fraction on the left (COVID-19, HAdV-55, 1/2000)
 _YEAR = re.compile(
@@ -61,10 +59,8 @@ def named_conditions(question: str) -> list[frozenset[str]]:
         for m in _NAMED_MONTH.finditer(question.lstrip())
         if not (m.start() == 0 and m[1] == "May")  # "May I ..."
     ]
-    for m in _QUARTER.finditer(low):
-        n = m.group(1) or _ordinal_value(m.group(2))
-        found.append(frozenset({f"q{n}"}))
-    quarters = [m.span() for m in _QUARTER.finditer(low)]
+    quarters = list(_QUARTER.finditer(low))
+    found += [frozenset({f"q{m.group(1) or _ordinal_value(m.group(2))}"}) for m in quarters]
     for m in _YEAR.finditer(low):
         first, second = m.group(1), m.group(2)
         years = {first}
@@ -72,13 +68,13 @@ def named_conditions(question: str) -> list[frozenset[str]]:
             years.add(second if len(second) == 4 else first[:2] + second)
         found.append(frozenset(f"y{y}" for y in years))
     for m in _DIGIT_ORDINAL.finditer(low):
-        if not any(a <= m.start() < b for a, b in quarters):
+        if not any(q.start() <= m.start() < q.end() for q in quarters):
             found.append(frozenset({f"o{int(m.group(1))}"}))
     return list(dict.fromkeys(found))
 
 
 def stated_forms(text: str) -> set[str]:
-    """Every year, ordinal and quarter `text` states, in any form, normalised as `named_conditions` names them."""
+    """Every year, ordinal, quarter and month `text` states, in any form, normalised as `named_conditions` does."""
     low = text.lower()
     forms = {f"y{y}" for y in re.findall(r"(?<!\d)(1[0-9]{3}|20[0-9]{2})(?!\d)", low)}
     for century, _, last in re.findall(r"(?<!\d)(1[0-9]|20)([0-9]{2})\s*[-\u2013/]\s*([0-9]{2})(?!\d)", low):
