@@ -122,7 +122,8 @@ def format_result(result: dict[str, Any]) -> str:
     lines.append("  timings: " + " ".join(f"{k}={v:.1f}" for k, v in timings.items()))
     for v in crag.get("verdicts", [])[:5]:
         score = "    -" if v["score"] is None else f"{v['score']:.3f}"
-        lines.append(f"  {v['verdict']:<9} {score}  {v['source']}")
+        unmet = f"  (states no {', '.join(v['unmet'])})" if v.get("unmet") else ""
+        lines.append(f"  {v['verdict']:<9} {score}  {v['source']}{unmet}")
     return "\n".join(lines)
 
 

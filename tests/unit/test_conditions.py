@@ -8,6 +8,7 @@ from fastcrag.grading.conditions import (
     change_conditions,
     conditioned,
     lacks_condition,
+    unmet_conditions,
     named_conditions,
     stated_forms,
     with_conditions_changed,
@@ -47,6 +48,9 @@ def test_a_chunk_states_a_condition_in_any_form() -> None:
     assert not lacks_condition(named_conditions(question), "Bernal won the 2019 race.")
     assert lacks_condition(named_conditions(question), "Pogacar won the 2020 race.")
     assert not lacks_condition([], "anything")
+    named = named_conditions("What did the 45th board say in Q3 of 2019-20 and in March?")
+    assert unmet_conditions(named, "The board met.") == ["March", "Q3", "2019 or 2020", "45th"]
+    assert unmet_conditions(named, "In March 2020 the forty-fifth board said in the third quarter...") == []
 
 
 def test_conditioned_scores_down_only_chunks_lacking_a_named_condition() -> None:

@@ -98,6 +98,7 @@ def test_a_chunk_lacking_the_year_asked_about_is_scored_down(factor: float, band
     crag = graph.invoke({"question": "Which tower was completed in 1890?"})["crag"]
     assert crag["band"] == band and crag["action"] == action
     assert crag["top_score"] == pytest.approx(0.9 * factor)
+    assert crag["verdicts"][0].get("unmet") == (["1890"] if factor < 1 else None)  # the trace says why
     same_year = graph.invoke({"question": "Which tower was completed in 1889?"})["crag"]
     assert same_year["band"] == "CORRECT"  # the chunk states the year asked about: nothing changes
 

@@ -94,12 +94,30 @@ def stated_forms(text: str) -> set[str]:
     return forms
 
 
+def _suffix(n: int) -> str:
+    return "th" if n % 100 in (11, 12, 13) else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+
+
+def _shown(form: str) -> str:
+    kind, value = form[0], form[1:]
+    if kind == "o":
+        return f"{value}{_suffix(int(value))}"
+    if kind == "m":
+        return _MONTH_NAMES[int(value) - 1]
+    return f"Q{value}" if kind == "q" else value
+
+
+def unmet_conditions(conditions: Sequence[frozenset[str]], text: str) -> list[str]:
+    """The conditions `text` states in no form, as a reader would write them ("2019", "Q3", "45th", "March")."""
+    if not conditions:
+        return []
+    forms = stated_forms(text)
+    return [" or ".join(sorted(map(_shown, c))) for c in conditions if not c & forms]
+
+
 def lacks_condition(conditions: Sequence[frozenset[str]], text: str) -> bool:
     """Whether `text` states none of the forms of at least one of `conditions`."""
-    if not conditions:
-        return False
-    forms = stated_forms(text)
-    return any(not (c & forms) for c in conditions)
+    return bool(unmet_conditions(conditions, text))
 
 
 def conditioned(question: str, texts: Sequence[str], scores: Sequence[float], factor: float) -> list[float]:
@@ -116,10 +134,6 @@ def _shift_ordinal_word(m: re.Match[str]) -> str:
     word = m.group(0)
     n = _ORDINALS[word.lower()] % len(_ORDINAL_WORDS)  # twentieth wraps to first
     return _ORDINAL_WORDS[n] if word.islower() else _ORDINAL_WORDS[n].capitalize()
-
-
-def _suffix(n: int) -> str:
-    return "th" if n % 100 in (11, 12, 13) else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
 
 
 _CAPITAL_FORMS = sorted([*_MONTH_NAMES, *(m[:3] for m in _MONTH_NAMES), "Sept"], key=len, reverse=True)

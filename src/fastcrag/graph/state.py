@@ -33,6 +33,7 @@ class Candidate(TypedDict):
     text: str
     score: float
     ungraded: NotRequired[bool]
+    unmet: NotRequired[list[str]]  # conditions the question names that the chunk states in no form (scored down)
 
 
 class Passage(TypedDict, total=False):

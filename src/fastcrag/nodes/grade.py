@@ -29,6 +29,7 @@ def grade(state: State, run: Run) -> dict[str, Any]:
             "score": round(c["score"], 6),
             "verdict": band_of(c["score"], lo, hi),
         }
+        | ({"unmet": c["unmet"]} if c.get("unmet") else {})
         for c in candidates
     ]
     top = max((c["score"] for c in candidates if not c.get("ungraded")), default=0.0)  # the order may mix in ranks

@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 from fastcrag.components import Components
+from fastcrag.grading.conditions import named_conditions, unmet_conditions
 from fastcrag.grading.reranker import scores_until
 from fastcrag.graph.state import Candidate, State, earlier_turns, fresh_question, question_of
 from fastcrag.nodes import Node
@@ -95,6 +96,10 @@ def retrieve(state: State, run: Run) -> dict[str, Any]:
     # Best first: the grader's order, mixed with the first pass's where the calibration says the corpus wants it.
     # Passages graded before the retry come after this retrieval's in the first-pass order; ungraded ones last.
     scored: list[Candidate] = [{**c, "score": s} for c, s in zip(fresh, scores, strict=False)]
+    if cfg.condition_factor < 1.0 and (named := named_conditions(question)):
+        for c in scored:  # the trace says why a chunk was scored down
+            if unmet := unmet_conditions(named, c["text"]):
+                c["unmet"] = unmet
     pool = [*scored, *graded.values()]
     candidates = [pool[i] for i in fused_order([c["score"] for c in pool], run.cfg.rerank_weight)]
     candidates += [{**c, "ungraded": True} for c in fresh[len(scores) :]]
