@@ -1,4 +1,4 @@
-"""Conditions a question names (years, ordinals, quarters) and the chunks that lack them."""
+"""Conditions a question names (years, ordinals, quarters, months) and the chunks that lack them."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from fastcrag.grading.conditions import (
     change_conditions,
     conditioned,
     lacks_condition,
-    unmet_conditions,
     named_conditions,
     stated_forms,
+    unmet_conditions,
     with_conditions_changed,
 )
 
