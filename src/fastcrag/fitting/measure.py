@@ -24,7 +24,7 @@ from fastcrag.fitting.calibrate import (
 )
 from fastcrag.fitting.labels import Labelled
 from fastcrag.grading.bands import band_of
-from fastcrag.grading.conditions import conditioned, with_conditions_changed
+from fastcrag.grading.conditions import with_conditions_changed
 from fastcrag.grading.reranker import Reranker, checked_scores
 from fastcrag.retrieval.hybrid import fused_order
 
@@ -81,8 +81,7 @@ def observe(
         for kind, view in views:
             if not view:
                 continue
-            texts = [c.text for c in view]
-            scores = conditioned(q.question, texts, checked_scores(grader, q.question, texts), condition_factor)
+            scores = checked_scores(grader, q.question, [c.text for c in view], condition_factor)
             ranked = sorted(zip(scores, view, strict=True), key=lambda t: t[0], reverse=True)
             top_chunk = ranked[0][1].chunk_id
             strip_chunk = (
@@ -257,8 +256,8 @@ def order_curve(
     for item in items:
         view = item.answerable_view(top_k)
         if item.question.answerable and any(c.evidence for c in view):
-            q, texts = item.question.question, [c.text for c in view]
-            lists.append((item, view, conditioned(q, texts, checked_scores(grader, q, texts), condition_factor)))
+            texts = [c.text for c in view]
+            lists.append((item, view, checked_scores(grader, item.question.question, texts, condition_factor)))
     return {
         w: round(float(np.mean([ndcg(_judged(it, fused_order(sc, w), v)) for it, v, sc in lists])), 4) if lists else 0.0
         for w in WEIGHTS

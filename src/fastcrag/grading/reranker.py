@@ -35,8 +35,10 @@ class Reranker(Protocol):
         ...
 
 
-def checked_scores(reranker: Reranker, query: str, texts: Sequence[str]) -> list[float]:
+def checked_scores(reranker: Reranker, query: str, texts: Sequence[str], condition_factor: float = 1.0) -> list[float]:
     """Score with `reranker` and validate the result.
+
+    Texts lacking a condition `query` names are then scored down by `condition_factor` (`conditioned`; 1: unchecked).
 
     Raises:
         RerankerError: the reranker raised, or returned the wrong number of scores, a NaN, or a value outside [0, 1].
@@ -52,7 +54,7 @@ def checked_scores(reranker: Reranker, query: str, texts: Sequence[str]) -> list
     scores = [float(s) for s in raw]
     if any(math.isnan(s) or s < 0.0 or s > 1.0 for s in scores):
         raise RerankerError(f"reranker {reranker.name!r} returned a score that is NaN or outside [0, 1]")
-    return scores
+    return conditioned(query, texts, scores, condition_factor)
 
 
 def scores_until(
@@ -61,7 +63,7 @@ def scores_until(
     """Scores of `texts` in order, `batch` at a time, stopping after the batch where one reaches `enough`.
 
     The result covers a prefix of `texts` (all of them when none reaches `enough`, or when `batch` is 0). Texts
-    lacking a condition the query names are scored down by `condition_factor` first (`conditioned`).
+    lacking a condition the query names are scored down by `condition_factor` first (`checked_scores`).
 
     Raises:
         RerankerError: as `checked_scores`.
@@ -69,8 +71,7 @@ def scores_until(
     step = batch or len(texts)
     scores: list[float] = []
     for start in range(0, len(texts), max(1, step)):
-        part = texts[start : start + step]
-        batch_scores = conditioned(query, part, checked_scores(reranker, query, part), condition_factor)
+        batch_scores = checked_scores(reranker, query, texts[start : start + step], condition_factor)
         scores += batch_scores
         if max(batch_scores) >= enough:  # the earlier batches all stayed below it
             break
