@@ -79,6 +79,15 @@ def _row(label: str, fig: GraderFigures) -> str:
     )
 
 
+def _curve_table(setting: str, measure: str, curve: dict[str, float]) -> list[str]:
+    """A one-row Markdown table of `measure` for each value of `setting`."""
+    return [
+        f"| {setting} | " + " | ".join(curve) + " |",
+        "|---|" + "---|" * len(curve),
+        f"| {measure} | " + " | ".join(f"{v:.3f}" for v in curve.values()) + " |",
+    ]
+
+
 def write_report(
     folder: Path,
     opts: FitOptions,
@@ -124,16 +133,12 @@ def write_report(
         "Candidate order on the held-out part (nDCG@10 of the evidence chunks; rerank_weight 1: the grader's order, "
         "0: the first pass's):",
         "",
-        "| rerank_weight | " + " | ".join(curve) + " |",
-        "|---|" + "---|" * len(curve),
-        "| nDCG@10 | " + " | ".join(f"{v:.3f}" for v in curve.values()) + " |",
+        *_curve_table("rerank_weight", "nDCG@10", curve),
         "",
         "Chunks lacking a year, ordinal, quarter or month the question names, scored down by condition_factor (1: no "
         "check; mean AUC of the top chunk score, the base grader):",
         "",
-        "| condition_factor | " + " | ".join(factors) + " |",
-        "|---|" + "---|" * len(factors),
-        "| mean AUC | " + " | ".join(f"{v:.3f}" for v in factors.values()) + " |",
+        *_curve_table("condition_factor", "mean AUC", factors),
         "",
         f"Objective: {cal.objective}.",
         "",
