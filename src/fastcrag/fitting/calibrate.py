@@ -126,16 +126,12 @@ def observe(
     top_k: int,
     refine_k: int,
     read_k: int = 3,
-    condition_factor: float = 1.0,
 ) -> list[Observation]:
-    """Retrieve, rerank and strip-score each question; a reader also reads the top `read_k` chunks.
-
-    Chunk scores are conditioned as the graph conditions them (`condition_factor`); strips are not.
-    """
+    """Retrieve, rerank and strip-score each question; a reader also reads the top `read_k` chunks."""
     out = []
     for q in tqdm(questions, desc="scoring", unit="q", file=sys.stderr):
         docs = store.similarity_search(q.question, k=top_k)
-        scores = checked_scores(reranker, q.question, [d.page_content for d in docs], condition_factor)
+        scores = checked_scores(reranker, q.question, [d.page_content for d in docs])
         ranked = sorted(zip(scores, docs, strict=True), key=lambda t: t[0], reverse=True)
         strip_chunk = best_strip_chunk(
             reranker, q.question, [(d.metadata["chunk_id"], d.page_content) for _, d in ranked[:refine_k]]
@@ -343,14 +339,13 @@ def calibrate(
     docs, pool = question_pools(squad, off_corpus)
     chosen = [q for i, (kind, qs) in enumerate(pool.items()) for q in sample(qs, per_class, seed + i)]
     store = build_corpus_store(docs, chunk_tokens, chunk_overlap)
-    reranker = CachingReranker(reranker)  # the thresholds' observations score the condition views' pairs again
-    # condition_factor first (the thresholds are drawn on scores as the graph sees them): every answerable question
-    # of the corpus that names a condition, against the sample
+    reranker = CachingReranker(reranker)  # the condition views below score the same pairs again
+    obs = observe(store, reranker, chosen, top_k, refine_k)
+    # condition_factor: every answerable question of the corpus that names a condition, against the sample
     naming = [q for q in pool["answerable"] if named_conditions(q.question) and q not in chosen]
     views = squad_condition_views(store, reranker, [*chosen, *naming], top_k)
     factors = condition_curve(views)
     factor, factor_objective = choose_condition_factor(factors, views, 1.0)
-    obs = observe(store, reranker, chosen, top_k, refine_k, condition_factor=factor)
     threshold, objective = choose_threshold(obs, target_precision)
     upper = choose_upper(obs, threshold, tolerance, min_support=max(10, len(obs) // 20))
     reader_threshold, reader_objective = choose_reader_threshold(obs, threshold, target_precision)
