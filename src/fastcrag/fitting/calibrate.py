@@ -341,7 +341,10 @@ def calibrate(
     store = build_corpus_store(docs, chunk_tokens, chunk_overlap)
     reranker = CachingReranker(reranker)  # the condition views below score the same pairs again
     obs = observe(store, reranker, chosen, top_k, refine_k)
-    # condition_factor: every answerable question of the corpus that names a condition, against the sample
+    # condition_factor: every answerable question of the corpus that names a condition, against the sample. The
+    # thresholds stay drawn on scores without the check (unlike `fit`'s): drawn with it, the reader's floor (the
+    # highest with precision >= 0.9 among the questions passing grading, a flat curve here) went 0.026 -> 0.567 and
+    # declined the README's own question (docs/RESULTS.md, "Conditions the question names").
     naming = [q for q in pool["answerable"] if named_conditions(q.question) and q not in chosen]
     views = squad_condition_views(store, reranker, [*chosen, *naming], top_k)
     factors = condition_curve(views)
