@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,13 +15,14 @@ from tqdm import tqdm
 from fastcrag.config.calibration import Calibration
 from fastcrag.datasets import LabelledQuestion, question_pools, sample
 from fastcrag.fileio import write_json_atomic
+from fastcrag.fitting.labels import holds_answer
 from fastcrag.grading.bands import band_of
 from fastcrag.grading.conditions import conditioned, named_conditions, with_conditions_changed
 from fastcrag.grading.reader import is_reader
 from fastcrag.grading.reranker import CachingReranker, Reranker, checked_scores
 from fastcrag.retrieval.embeddings import default_embeddings
 from fastcrag.retrieval.store import FaissStore
-from fastcrag.retrieval.text import chunk_text, normalise, split_sentences
+from fastcrag.retrieval.text import chunk_text, split_sentences
 
 
 @dataclass(frozen=True)
@@ -120,17 +121,16 @@ def choose_reader_threshold(
 
 
 def observe(
-    store: FaissStore,
+    retrieved: Mapping[str, list[Any]],
     reranker: Reranker,
     questions: list[LabelledQuestion],
-    top_k: int,
     refine_k: int,
     read_k: int = 3,
 ) -> list[Observation]:
-    """Retrieve, rerank and strip-score each question; a reader also reads the top `read_k` chunks."""
+    """Rerank and strip-score each question's retrieved chunks; a reader also reads the top `read_k` chunks."""
     out = []
     for q in tqdm(questions, desc="scoring", unit="q", file=sys.stderr):
-        docs = store.similarity_search(q.question, k=top_k)
+        docs = retrieved[q.question]
         scores = checked_scores(reranker, q.question, [d.page_content for d in docs])
         ranked = sorted(zip(scores, docs, strict=True), key=lambda t: t[0], reverse=True)
         strip_chunk = best_strip_chunk(
@@ -306,15 +306,15 @@ def choose_condition_factor(
 
 
 def squad_condition_views(
-    store: FaissStore, reranker: Reranker, questions: Sequence[LabelledQuestion], top_k: int
+    retrieved: Mapping[str, list[Any]], reranker: Reranker, questions: Sequence[LabelledQuestion]
 ) -> list[ConditionView]:
     """`ConditionView`s of calibration questions: evidence is a retrieved chunk holding a gold answer."""
     views: list[ConditionView] = []
     for q in tqdm(questions, desc="conditions", unit="q", file=sys.stderr):
-        texts = [d.page_content for d in store.similarity_search(q.question, k=top_k)]
+        texts = [d.page_content for d in retrieved[q.question]]
         pairs = [(q.kind, texts)]
         if q.kind == "answerable":
-            evidence = [any(normalise(a) in normalise(t) for a in q.answers) for t in texts]
+            evidence = [holds_answer(t, q.answers) for t in texts]
             changed = with_conditions_changed(q.question, texts, evidence)
             pairs += [("condition_changed", changed)] if changed else []
         views += [(kind, q.question, t, checked_scores(reranker, q.question, t)) for kind, t in pairs if t]
@@ -340,13 +340,14 @@ def calibrate(
     chosen = [q for i, (kind, qs) in enumerate(pool.items()) for q in sample(qs, per_class, seed + i)]
     store = build_corpus_store(docs, chunk_tokens, chunk_overlap)
     reranker = CachingReranker(reranker)  # the condition views below score the same pairs again
-    obs = observe(store, reranker, chosen, top_k, refine_k)
     # condition_factor: every answerable question of the corpus that names a condition, against the sample. The
     # thresholds stay drawn on scores without the check (unlike `fit`'s): drawn with it, the reader's floor (the
     # highest with precision >= 0.9 among the questions passing grading, a flat curve here) went 0.026 -> 0.567 and
     # declined the README's own question (docs/RESULTS.md, "Conditions the question names").
     naming = [q for q in pool["answerable"] if named_conditions(q.question) and q not in chosen]
-    views = squad_condition_views(store, reranker, [*chosen, *naming], top_k)
+    retrieved = {q.question: store.similarity_search(q.question, k=top_k) for q in [*chosen, *naming]}
+    obs = observe(retrieved, reranker, chosen, refine_k)
+    views = squad_condition_views(retrieved, reranker, [*chosen, *naming])
     factors = condition_curve(views)
     factor, factor_objective = choose_condition_factor(factors, views, 1.0)
     threshold, objective = choose_threshold(obs, target_precision)

@@ -58,8 +58,13 @@ def is_evidence(q: FitQuestion, source: str, text: str) -> bool:
     """
     if q.sources:
         return source in q.sources
+    return holds_answer(text, q.answers)
+
+
+def holds_answer(text: str, answers: Sequence[str]) -> bool:
+    """Whether `text` holds one of `answers`, case and whitespace aside."""
     body = normalise(text)
-    return any(normalise(a) in body for a in q.answers)
+    return any(normalise(a) in body for a in answers)
 
 
 Judge = Callable[[str, Sequence[str]], list[bool | None]]
