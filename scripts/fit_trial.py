@@ -9,6 +9,7 @@ it still answers the rest.
     python scripts/fit_trial.py squad-numbers --out runs/trial-numbers         # near misses state another number
     python scripts/fit_trial.py covidqa --out runs/trial-covidqa               # COVID-QA papers in 128-token chunks
     python scripts/fit_trial.py squad-snippets --out runs/trial-squad --minutes 5   # also a fit that fine-tunes
+    python scripts/fit_trial.py squad-numbers --out runs/trial-numbers --naming     # also labels naming conditions
 
 Steps: pick the questions (seeded; `--fit` to fit on, `--test` to ask, half of which lose their answer sentences),
 write the corpus as text files and index it with `fastcrag index`, run `fastcrag fit --no-train` (and `--minutes M`
@@ -34,6 +35,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))  # the project's own code, installed or not
 
+from fastcrag.grading.conditions import named_conditions  # noqa: E402
 from fastcrag.retrieval.text import split_sentences  # noqa: E402
 
 
@@ -161,6 +163,12 @@ def pick(
     return corpus, fit, answerable, near
 
 
+def write_questions(path: Path, questions: Sequence[Question]) -> None:
+    """A `fastcrag fit` questions file (`answers` labels)."""
+    with path.open("w", encoding="utf-8") as fh:
+        fh.writelines(json.dumps({"question": q.question, "answers": list(q.answers)}) + "\n" for q in questions)
+
+
 def _run(cmd: list[str], log: Path) -> None:
     print("$ " + " ".join(cmd), flush=True)
     with log.open("a", encoding="utf-8") as fh:
@@ -222,6 +230,12 @@ def main() -> None:
     p.add_argument("--fit", type=int, default=40, help="labelled questions to fit on")
     p.add_argument("--test", type=int, default=60, help="questions asked after the fit (half of them near misses)")
     p.add_argument("--minutes", type=float, default=0.0, help="also fit with a fine-tune of this many minutes")
+    p.add_argument(
+        "--naming",
+        action="store_true",
+        help="also fit on labels naming a year, ordinal, quarter or month: every such answerable question of the "
+        "corpus whose evidence stays in it and that is not asked, topped up to --fit with the fit questions",
+    )
     p.add_argument("--seed", type=int, default=7)
     a = p.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -234,8 +248,7 @@ def main() -> None:
     for name, text in corpus.items():
         if text.strip():
             (out / "corpus" / f"{name}.txt").write_text(text, encoding="utf-8")
-    with (out / "fit-questions.jsonl").open("w", encoding="utf-8") as fh:
-        fh.writelines(json.dumps({"question": q.question, "answers": list(q.answers)}) + "\n" for q in fit_qs)
+    write_questions(out / "fit-questions.jsonl", fit_qs)
     print(
         f"{len(corpus)} documents; {len(fit_qs)} to fit; {len(answerable)} answerable and {len(near)} near-miss asked"
     )
@@ -244,17 +257,36 @@ def main() -> None:
     if not (out / "index").is_dir():
         _run([fastcrag, "index", str(out / "corpus"), "--index", str(out / "index")], log)
     fits: dict[str, Path | None] = {"base calibration (FASTRAG_CALIBRATION or packaged)": None}
-    runs = [("fit --no-train", out / "fit-notrain", ["--no-train"])]
+    labels = out / "fit-questions.jsonl"
+    runs = [("fit --no-train", out / "fit-notrain", ["--no-train"], labels)]
     if a.minutes:
-        runs.append((f"fit --minutes {a.minutes:g}", out / "fit-train", ["--minutes", str(a.minutes)]))
-    for label, folder, extra in runs:
+        runs.append((f"fit --minutes {a.minutes:g}", out / "fit-train", ["--minutes", str(a.minutes)], labels))
+    if a.naming:
+        asked = {q.question for q in [*answerable, *near]}
+        naming = [
+            q
+            for q in questions
+            if named_conditions(q.question)
+            and q.question not in asked
+            and any(_norm(x) in _norm(corpus.get(q.doc, "")) for x in q.answers)
+        ]
+        write_questions(out / "fit-naming.jsonl", [*naming, *fit_qs[: max(0, a.fit - len(naming))]])
+        runs.append(
+            (
+                f"fit --no-train, {len(naming)} labels naming a condition",
+                out / "fit-naming",
+                ["--no-train"],
+                out / "fit-naming.jsonl",
+            )
+        )
+    for label, folder, extra, labels in runs:
         if not (folder / "calibration.json").is_file():
             _run(
                 [
                     fastcrag,
                     "fit",
                     "--questions",
-                    str(out / "fit-questions.jsonl"),
+                    str(labels),
                     "--index",
                     str(out / "index"),
                     "--out",
