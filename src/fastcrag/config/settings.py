@@ -188,7 +188,7 @@ class RunConfig:
     `plain` has no effect while `crag_enabled` is true. Not knobs: `grade_batch` (a setting) grades candidates in
     batches until one clears `crag_upper`; `rerank_weight` (calibration.json) orders them: the grader's order mixed
     with the first pass's; `condition_factor` (calibration.json) scores down chunks lacking a condition the question
-    names (a year, an edition, a quarter).
+    names (a year, an edition, a quarter, a month).
     """
 
     crag_enabled: bool
