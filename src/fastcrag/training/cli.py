@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 DEFAULT_DATA_ROOT = "../shared/data"
@@ -54,6 +55,61 @@ def _train(args: argparse.Namespace) -> int:
         export_grader(final, Path(args.export), name=name, train_dir=Path(args.output))
         print(f"exported: {args.export}")
     return 0
+
+
+def _distill(args: argparse.Namespace) -> int:
+    from fastcrag.grading.reranker import PACKAGED_GRADER  # loaded when the command runs
+    from fastcrag.training.data import PoolConfig
+    from fastcrag.training.distill import distill
+    from fastcrag.training.train import TrainConfig, export_grader
+    from fastcrag.training.weights import WeightsError, rebuilt_from, trainable_grader
+
+    teacher = Path(args.teacher) if args.teacher else PACKAGED_GRADER
+    out = Path(args.output)
+    weights = out / "teacher-torch"  # the teacher's trainable weights, rebuilt once from its ONNX file
+    try:
+        if rebuilt_from(weights) is None:
+            trainable_grader(teacher, weights, log=print)
+    except (FileNotFoundError, WeightsError) as exc:
+        print(f"error: {exc}")
+        return 2
+    cfg = TrainConfig(
+        output_dir=str(out),
+        data_root=str(Path(args.data_root).resolve()),
+        seed=args.seed,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        max_length=args.max_length,
+        checkpoint_every=args.checkpoint_every,
+        max_minutes=args.max_minutes,
+        max_pairs=args.max_pairs,
+        threads=args.threads,
+        pool=PoolConfig(dev_percent=args.dev_percent),
+    )
+    try:
+        final = distill(cfg, teacher, weights, args.layers)
+    except ValueError as exc:
+        print(f"error: {exc}")
+        return 2
+    if args.export:
+        name = args.name or f"grader-{out.resolve().name}"
+        export_grader(final, Path(args.export), name=name, train_dir=out, extra_meta=_student_meta(out, teacher))
+        print(f"exported: {args.export}")
+    return 0
+
+
+def _student_meta(run: Path, teacher: Path) -> dict[str, object]:
+    """What an exported student records of its making: the teacher, the layers kept, the training it had."""
+    from fastcrag.modelmeta import read_model_meta
+
+    plan = json.loads((run / "distill_config.json").read_text(encoding="utf-8"))
+    summary = json.loads((run / "distill_summary.json").read_text(encoding="utf-8"))
+    return {
+        "teacher": read_model_meta(teacher).get("name", teacher.name),
+        "teacher_layers_kept": plan["layers"],
+        "train_max_length": plan["max_length"],
+        "distillation": {k: summary[k] for k in ("steps", "pairs_seen", "train_minutes", "dev")},
+    }
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -111,7 +167,7 @@ def _unpack_grader(args: argparse.Namespace) -> int:
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Add `train-reranker`, `bench-reranker`, `eval-grader`, `unpack-grader` and `export-embedder`."""
+    """Add `train-reranker`, `distill-grader`, `bench-reranker`, `eval-grader`, `unpack-grader`, `export-embedder`."""
     t = subparsers.add_parser("train-reranker", help="fine-tune the cross-encoder grader (resumable)")
     t.add_argument("--output", default="runs/grader", help="run folder (pool, checkpoint, final model)")
     t.add_argument("--base-model", default="", help="starting weights (default: packaged all-MiniLM-L6-v2)")
@@ -145,6 +201,26 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     t.add_argument("--export", default="", help="also export the final model (ONNX int8) into this folder")
     t.add_argument("--name", default="", help="model name written on export (default: grader-<output folder name>)")
     t.set_defaults(func=_train)
+
+    d = subparsers.add_parser(
+        "distill-grader", help="train a smaller grader-reader from the grader's own layers and its outputs"
+    )
+    d.add_argument("--teacher", default="", help="ONNX grader-reader folder (default: the packaged grader)")
+    d.add_argument("--layers", type=int, default=3, help="encoder layers the student keeps (evenly spaced)")
+    d.add_argument("--output", default="runs/distill", help="run folder (pool, checkpoint, final model)")
+    d.add_argument("--data-root", default=DEFAULT_DATA_ROOT, help="shared data folder holding train/ and scifact/")
+    d.add_argument("--seed", type=int, default=13)
+    d.add_argument("--batch-size", type=int, default=32)
+    d.add_argument("--lr", type=float, default=1e-4)
+    d.add_argument("--max-length", type=int, default=192)
+    d.add_argument("--checkpoint-every", type=int, default=100)
+    d.add_argument("--max-minutes", type=float, default=60.0, help="checkpoint and stop after this long (0: none)")
+    d.add_argument("--max-pairs", type=int, default=150000, help="cap the training pairs (0: all)")
+    d.add_argument("--threads", type=int, default=2)
+    d.add_argument("--dev-percent", type=float, default=5.0, help="documents held out for dev, by hash")
+    d.add_argument("--export", default="", help="also export the student (ONNX int8) into this folder")
+    d.add_argument("--name", default="", help="model name written on export (default: grader-<output folder name>)")
+    d.set_defaults(func=_distill)
 
     b = subparsers.add_parser("bench-reranker", help="P50/P95 latency of reranking N candidates per variant")
     b.add_argument("--torch-model", default="", help="HF/sentence-transformers folder (fp32 and bf16 torch rows)")

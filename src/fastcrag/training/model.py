@@ -80,6 +80,13 @@ def passage_masks(token_type_ids: Any, attention_mask: Any) -> Any:
     return mask
 
 
+def span_allowed(token_type_ids: Any, attention_mask: Any) -> Any:
+    """Positions an answer span may take: the passage's tokens and [CLS] ("no answer")."""
+    allowed = passage_masks(token_type_ids, attention_mask)
+    allowed[:, 0] = True
+    return allowed
+
+
 def span_targets(
     offsets: list[tuple[int, int]], seq_ids: list[int | None], char_start: int, char_end: int
 ) -> tuple[int, int]:

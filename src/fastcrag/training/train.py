@@ -14,7 +14,7 @@ import random
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,15 @@ from fastcrag.grading.reader import span_margins
 from fastcrag.modelmeta import write_model_meta
 from fastcrag.retrieval.embeddings import packaged_minilm_path
 from fastcrag.training.data import Pair, PoolConfig, build_pool, pool_summary, read_pairs, write_pairs
-from fastcrag.training.model import build_model, find_answer, passage_masks, read_fusion, save_model, span_targets
+from fastcrag.training.model import (
+    build_model,
+    find_answer,
+    passage_masks,
+    read_fusion,
+    save_model,
+    span_allowed,
+    span_targets,
+)
 from fastcrag.training.network import has_reader, head_parameters, is_classifier_folder, load_network
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -471,6 +479,7 @@ def train_loop(
     device: str,
     desc: str = "train-reranker",
     progress: bool = True,
+    loss: Callable[[tuple[Any, Any, Any], Any, Any, Any], Any] | None = None,
 ) -> LoopResult:
     """Train `model` on encoded pairs: length-bucketed seeded batches, the warm-up/decay schedule, checkpoints.
 
@@ -478,7 +487,9 @@ def train_loop(
     (step, optimizer moments and the clock), one is written every `cfg.checkpoint_every` steps and at the end,
     and each is logged to `out/train_log.jsonl`. Under `cfg.max_minutes` the learning rate follows the clock and
     reaches 0 when the budget is spent (`progress_of`). The loss is the relevance BCE plus, for a grader-reader,
-    `cfg.span_weight` times the span cross-entropy over the batch's pairs that have a span target (-100: none).
+    `cfg.span_weight` times the span cross-entropy over the batch's pairs that have a span target (-100: none);
+    `loss`, when given, replaces it: it is called with the model's outputs and the batch's input ids, token types
+    and attention mask (a distillation's loss against its teacher, `training.distill`).
     """
     import torch  # torch takes seconds to load: only when a run starts
 
@@ -516,20 +527,22 @@ def train_loop(
             g["lr"] = lr_at(progress_now, cfg.lr, cfg.warmup) * g.get("scale", 1.0)
         with torch.autocast(device, dtype=torch.bfloat16, enabled=cfg.bf16):
             rel, st, en = model(input_ids=ids, attention_mask=am, token_type_ids=tt)
-        loss = bce(rel.float(), y)
-        # a batch with no span target (all -100) would make the mean cross-entropy NaN: no span loss then
-        if st is not None and en is not None and bool((ys != -100).any()):
-            allowed = passage_masks(tt, am)
-            allowed[:, 0] = True  # [CLS]: no answer
-            st = st.float().masked_fill(~allowed, -1e4)
-            en = en.float().masked_fill(~allowed, -1e4)
-            loss = loss + cfg.span_weight * (ce(st, ys) + ce(en, ye)) / 2
-        loss.backward()
+        if loss is not None:
+            value = loss((rel, st, en), ids, tt, am)
+        else:
+            value = bce(rel.float(), y)
+            # a batch with no span target (all -100) would make the mean cross-entropy NaN: no span loss then
+            if st is not None and en is not None and bool((ys != -100).any()):
+                allowed = span_allowed(tt, am)
+                st = st.float().masked_fill(~allowed, -1e4)
+                en = en.float().masked_fill(~allowed, -1e4)
+                value = value + cfg.span_weight * (ce(st, ys) + ce(en, ye)) / 2
+        value.backward()
         torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         step += 1
-        lv = float(loss.item())
+        lv = float(value.item())
         ema = lv if ema is None else 0.98 * ema + 0.02 * lv
         bar.update(1)
         bar.set_postfix(loss=f"{ema:.4f}", lr=f"{optimizer.param_groups[0]['lr']:.1e}")
