@@ -82,6 +82,17 @@ def test_reader_generator_abstains_below_threshold() -> None:
         gen.generate("Who swore fealty?", [{"text": "Nothing here."}])
     # plain RAG: no abstention, the best span answers whatever its score
     assert generate_answer(gen, "Who swore fealty?", [{"text": PASSAGE}], abstain=False).text.startswith("Rollo")
+    # a how / why question is answered by sentences, not a span: the reader's floor is not its to pass
+    answer = gen.generate("How did the Normans come to France?", [{"text": PASSAGE}])
+    assert "Rollo swore fealty" in answer.text and answer.used == [0]
+
+
+def test_the_reader_floor_is_not_asked_of_questions_answered_by_sentences() -> None:
+    from fastcrag.fitting.calibrate import read_score
+
+    reader = ScriptedReader({"Rollo": 0.3})
+    assert read_score(reader, "Who swore fealty?", [PASSAGE]) == 0.3
+    assert read_score(reader, "Why did Rollo swear fealty?", [PASSAGE]) is None  # sentences answer it
 
 
 def test_answer_with_sentence_finds_the_sentence_of_the_span() -> None:

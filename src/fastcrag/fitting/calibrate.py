@@ -16,6 +16,7 @@ from fastcrag.config.calibration import Calibration
 from fastcrag.datasets import LabelledQuestion, question_pools, sample
 from fastcrag.fileio import write_json_atomic
 from fastcrag.fitting.labels import holds_answer
+from fastcrag.generation.generators import asks_for_explanation
 from fastcrag.grading.bands import band_of
 from fastcrag.grading.conditions import conditioned, named_conditions, with_conditions_changed
 from fastcrag.grading.reader import is_reader
@@ -96,11 +97,12 @@ def abstention_rates(
 
 
 def read_score(reranker: Reranker, question: str, ranked: Sequence[str], read_k: int = 3) -> float | None:
-    """A reader's best answer-span score over the first `read_k` of `ranked` passages (None: it does not read).
+    """A reader's best answer-span score over the first `read_k` of `ranked` passages.
 
-    It is what the extractive generator compares with `reader_threshold`.
+    It is what the extractive generator compares with `reader_threshold`; None where it compares nothing: the
+    grader does not read, or the question asks how, why or what something is (answered by sentences, not a span).
     """
-    if not is_reader(reranker) or not ranked:
+    if not is_reader(reranker) or not ranked or asks_for_explanation(question):
         return None
     spans = reranker.read(question, list(ranked[:read_k]))  # type: ignore[attr-defined]
     return max((sp.score for sp in spans if sp is not None), default=0.0)

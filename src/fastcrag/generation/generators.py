@@ -194,9 +194,10 @@ class ExtractiveGenerator:
     """No LLM: the answer is read from the passages, verbatim, with its citations.
 
     A question asking how, why or what something is gets the best few sentences of the best passage, in their
-    order (`EXPLAIN_SENTENCES`, `EXPLAIN_WORDS`). A factoid question gets, with a grader that reads (a reader head),
-    the best answer span and the sentence it stands in (when no span reaches `reader_threshold` the generator
-    raises, and the graph abstains); with a grader that only scores, the best-scoring sentence. Reference and
+    order (`EXPLAIN_SENTENCES`, `EXPLAIN_WORDS`); the reader's floor does not apply to it, since its answer is no
+    short span. A factoid question gets, with a grader that reads (a reader head), the best answer span and the
+    sentence it stands in (when no span reaches `reader_threshold` the generator raises, and the graph abstains);
+    with a grader that only scores, the best-scoring sentence. Reference and
     navigation lines (see-also lines, bare headings, lists of links) never stand as the answer.
     """
 
@@ -223,10 +224,8 @@ class ExtractiveGenerator:
         if not passages:
             raise ValueError("no passage text to extract from")
         explain = asks_for_explanation(question)
-        if is_reader(self.reranker):
-            read = self._read(question, passages, self.reader_threshold if abstain else 0.0)  # raises below it
-            if not explain:
-                return read
+        if is_reader(self.reranker) and not explain:
+            return self._read(question, passages, self.reader_threshold if abstain else 0.0)  # raises below it
         strips = self._sentences(question, passages)
         if not strips:
             raise ValueError("no passage text to extract from")
