@@ -137,6 +137,8 @@ def sdk_thread_and_run_calls(url: str, api_key: str | None) -> None:
     first = client.threads.create(metadata={"user": user, "topic": "with"})["thread_id"]
     second = client.threads.create(metadata={"user": user, "topic": "yield"})["thread_id"]
     client.runs.wait(first, "crag", input={"question": QUESTIONS[0]})
+    # a run tags its thread with its graph: a chat UI lists its threads by it
+    assert [t["thread_id"] for t in client.threads.search(metadata={"graph_id": "crag", "user": user})] == [first]
     listed = client.threads.search(metadata={"user": user}, sort_by="created_at", sort_order="asc", limit=10)
     assert [t["thread_id"] for t in listed] == [first, second]
     assert listed[0]["values"]["answer"] and listed[0]["status"] == "idle"
@@ -163,6 +165,10 @@ def sdk_thread_and_run_calls(url: str, api_key: str | None) -> None:
         client.threads.get_history(first, limit=50)
     )
     assert client.runs.wait(copy["thread_id"], "crag", input={"question": QUESTIONS[1]})["answer"]
+    # a run from an earlier checkpoint (a chat UI's "regenerate"): the thread goes on from that state
+    start = client.threads.get_history(first, limit=50)[-1]["checkpoint"]
+    forked = client.runs.wait(first, "crag", input={"question": QUESTIONS[1]}, checkpoint=start)
+    assert forked["answer"] and client.threads.get_state(first)["values"]["answer"] == forked["answer"]
 
     async def from_async() -> None:
         aclient = get_client(url=url, api_key=api_key)

@@ -68,7 +68,8 @@ def client(tmp_path: Path) -> Iterator[TestClient]:
         yield c
 
 
-RUN = {"assistant_id": "crag", "input": {"question": "Where is the Eiffel Tower?"}}
+GOOD_Q = "Where is the Eiffel Tower?"
+RUN = {"assistant_id": "crag", "input": {"question": GOOD_Q}}
 
 
 def test_key_is_required_everywhere_but_ok_and_the_console(client: TestClient) -> None:
@@ -116,6 +117,49 @@ def test_threads_keep_history_and_unknown_threads_are_404(client: TestClient) ->
     at = client.post(f"/threads/{tid}/state/checkpoint", json={"checkpoint": state["parent_checkpoint"]}).json()
     assert at["checkpoint"]["checkpoint_id"] == state["parent_checkpoint"]["checkpoint_id"]
     assert client.get("/threads/bad%20id/state").status_code == 422
+
+
+def test_a_run_starts_from_a_checkpoint_and_tags_its_thread_as_a_chat_ui_expects(client: TestClient) -> None:
+    tid = client.post("/threads", json={"metadata": {}}).json()["thread_id"]
+    assert client.post("/threads/search", json={"metadata": {"graph_id": "crag"}}).json() == []
+    turn = {**RUN, "input": {"messages": [{"type": "human", "content": [{"type": "text", "text": GOOD_Q}]}]}}
+    first = client.post(f"/threads/{tid}/runs/stream", json={**turn, "stream_mode": ["values"]})
+    assert first.headers["content-location"].startswith(f"/threads/{tid}/runs/")
+    head = client.get(f"/threads/{tid}/state").json()["checkpoint"]
+    # the next turn names the thread's head, as the Agent Chat UI does; then a regeneration forks from before it
+    second = client.post(f"/threads/{tid}/runs/wait", json={**turn, "checkpoint": head}).json()
+    assert [m["type"] for m in second["messages"]] == ["human", "ai", "human", "ai"]
+    start = client.post(f"/threads/{tid}/history", json={"limit": 100}).json()[-1]["checkpoint"]
+    fork = client.post(f"/threads/{tid}/runs/wait", json={**turn, "checkpoint_id": start["checkpoint_id"]}).json()
+    assert [m["type"] for m in fork["messages"]] == ["human", "ai"]  # the state before the first turn, run on
+    assert [m["type"] for m in client.get(f"/threads/{tid}/state").json()["values"]["messages"]] == ["human", "ai"]
+    found = client.post("/threads/search", json={"metadata": {"graph_id": "crag"}}).json()
+    assert [t["thread_id"] for t in found] == [tid] and found[0]["metadata"]["assistant_id"] == ASSISTANT_ID
+    missing = "1f000000-0000-6000-8000-000000000000"
+    assert client.post(f"/threads/{tid}/runs/wait", json={**turn, "checkpoint_id": missing}).status_code == 404
+    for bad in ({"checkpoint_id": "nope"}, {"checkpoint": {"checkpoint_ns": ""}}, {"checkpoint": "x"}):
+        assert client.post(f"/threads/{tid}/runs/wait", json={**turn, **bad}).status_code == 422, bad
+    assert client.post("/runs/wait", json={**RUN, "checkpoint_id": missing}).status_code == 422  # no thread
+
+
+def test_browser_pages_of_listed_origins_may_call_the_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fastcrag.server.app import create_app
+
+    ui = "http://localhost:3000"
+    preflight = {"Origin": ui, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "x-api-key"}
+    with make_client(tmp_path) as closed:
+        assert "access-control-allow-origin" not in closed.options("/threads/search", headers=preflight).headers
+    monkeypatch.setenv("FASTRAG_CORS_ORIGINS", f"{ui}, https://chat.example.com")
+    app = create_app(make_client(tmp_path).app.start, Settings(api_key=KEY))  # type: ignore[attr-defined]
+    with TestClient(app) as open_:
+        answer = open_.options("/threads/search", headers=preflight)  # answered before the key is asked for
+        assert answer.status_code == 200 and answer.headers["access-control-allow-origin"] == ui
+        run = open_.post("/runs/wait", json=RUN, headers={"Origin": ui, "x-api-key": KEY})
+        assert run.status_code == 200 and run.headers["access-control-allow-origin"] == ui
+        assert "content-location" in run.headers["access-control-expose-headers"].lower()
+        other = open_.options("/threads/search", headers={**preflight, "Origin": "http://evil.example"})
+        assert other.status_code == 400 and "access-control-allow-origin" not in other.headers
+        assert open_.post("/runs/wait", json=RUN, headers={"Origin": ui}).status_code == 401  # still needs the key
 
 
 def test_threads_search_count_update_and_delete(client: TestClient) -> None:
@@ -180,7 +224,8 @@ def test_history_update_state_and_copy(client: TestClient) -> None:
     assert client.post(f"/threads/{tid}/history", json={"limit": "many"}).status_code == 422
     assert client.post("/threads/nope/history", json={}).status_code == 404
     copy = client.post(f"/threads/{tid}/copy").json()
-    assert copy["thread_id"] != tid and copy["metadata"] == {"user": "a"} and copy["values"]["answer"] == "edited"
+    tagged = {"user": "a", "graph_id": "crag", "assistant_id": ASSISTANT_ID}  # runs tag their thread, as LangGraph
+    assert copy["thread_id"] != tid and copy["metadata"] == tagged and copy["values"]["answer"] == "edited"
     copied = client.post(f"/threads/{copy['thread_id']}/history", json={"limit": 100}).json()
     assert [h["values"] for h in copied] == [
         h["values"] for h in client.post(f"/threads/{tid}/history", json={"limit": 100}).json()

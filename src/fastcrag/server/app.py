@@ -23,6 +23,9 @@ answers the subset of the LangGraph server API that `langgraph_sdk` (`get_client
     GET  /metrics                                  Prometheus, summed over every worker (multiprocess mode)
     GET  /console  /console/{asset}                the decision-trace console (static files, no data)
 
+A browser page on another origin (a chat UI) may call the API when its origin is listed in `FASTRAG_CORS_ORIGINS`
+(`--cors-origins`): preflights are answered before the key check, and `Content-Location` is exposed.
+
 Routes of the API that fastcrag does not serve (`NOT_SERVED`: stateless background runs, crons, the store, assistant
 management) answer 501 naming the route, never 404/405. `/threads/{id}/runs/crons` is routed before the run routes,
 so that it is not read as a run id.
@@ -49,10 +52,11 @@ from importlib.metadata import version
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fastcrag.config.settings import Settings
 from fastcrag.graph.checkpoints import describe
@@ -76,6 +80,7 @@ from fastcrag.server.background import (
     join_stream,
     list_runs,
 )
+from fastcrag.server.limits import ServeSettings
 from fastcrag.server.runs import run_stream, run_wait
 from fastcrag.server.service import Service, start_service, startup_reason
 from fastcrag.server.state import get_thread_state, post_thread_state, thread_history, update_thread_state
@@ -178,11 +183,25 @@ def routes() -> list[Route]:
 class Server:
     """The ASGI app: its own lifespan (startup errors as one clear line, never a traceback), then `Guard`."""
 
-    def __init__(self, start: StartService | None = None, key: str | None = None) -> None:
-        """Serve the service `start` builds (default: from the `FASTRAG_*` environment), guarded by `key`."""
+    def __init__(
+        self, start: StartService | None = None, key: str | None = None, origins: list[str] | None = None
+    ) -> None:
+        """Serve the service `start` builds (default: from the `FASTRAG_*` environment), guarded by `key`.
+
+        Browser pages from `origins` may call it (CORS; `*` for any).
+        """
         self.start: StartService = start or start_service
         router = Starlette(routes=routes(), exception_handlers={HTTPException: http_error})
-        self.app = Guard(router, key)
+        self.app: ASGIApp = Guard(router, key)
+        if origins:
+            self.app = CORSMiddleware(
+                self.app,
+                allow_origins=origins,
+                allow_methods=["*"],
+                allow_headers=["*"],
+                expose_headers=["Content-Location", "Location"],
+                max_age=600,
+            )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Handle the lifespan here; pass requests through the guard."""
@@ -242,4 +261,4 @@ def create_app(start: StartService | None = None, settings: Settings | None = No
     """
     settings = settings or Settings()
     key = settings.api_key.get_secret_value() if settings.api_key is not None else None
-    return Server(start, key or None)
+    return Server(start, key or None, ServeSettings().origins())

@@ -91,6 +91,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if args.run_timeout <= 0:
             return _refuse("--run-timeout must be positive")
         os.environ["FASTRAG_RUN_TIMEOUT_S"] = str(args.run_timeout)
+    if args.cors_origins is not None:
+        bad = [o for o in args.cors_origins.split(",") if o.strip() and o.strip() != "*" and "://" not in o]
+        if bad:
+            return _refuse(f"--cors-origins takes origins such as http://localhost:3000 (or *), not {bad[0].strip()!r}")
+        os.environ["FASTRAG_CORS_ORIGINS"] = args.cors_origins
     local_url = ""
     if args.local_postgres:
         from fastcrag.server.postgres import LocalPostgresError, start_local_postgres
@@ -223,6 +228,11 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     s.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
     s.add_argument(
         "--run-timeout", type=float, help="seconds a run may take before it abstains (FASTRAG_RUN_TIMEOUT_S, 300)"
+    )
+    s.add_argument(
+        "--cors-origins",
+        help="comma-separated origins whose browser pages may call the API, e.g. a chat UI's http://localhost:3000 "
+        "(FASTRAG_CORS_ORIGINS; * for any; default none)",
     )
     s.add_argument("--no-access-log", action="store_true", help="do not log one line per request")
     s.add_argument(

@@ -15,3 +15,12 @@ class ServeSettings(BaseSettings):
         300.0, gt=0, description="A run still going after this many seconds ends in an abstention saying so."
     )
     max_body_bytes: int = Field(64 * 1024, ge=1024, description="Larger request bodies are refused with 413.")
+    cors_origins: str = Field(
+        "",
+        description="Comma-separated web origins whose pages may call the API from a browser (a chat UI served "
+        "elsewhere); `*` for any. Empty: no cross-origin access.",
+    )
+
+    def origins(self) -> list[str]:
+        """The allowed origins, one per comma-separated item."""
+        return [o.strip().rstrip("/") for o in self.cors_origins.split(",") if o.strip()]

@@ -1,7 +1,9 @@
 """A run request of `fastcrag serve`, validated into a `RunPlan`: input, context, config, stream modes, strategy.
 
 Everything a run may not do is refused here with 422, before a thread is touched or a lease taken: the graph never
-interrupts, so commands, interrupts, checkpoint forks, webhooks and delayed starts are not served.
+interrupts, so commands, interrupts, webhooks and delayed starts are not served. A run on a thread may start from
+one of its checkpoints (`checkpoint` or `checkpoint_id`): the graph then runs on from that state, a fork the thread's
+history keeps beside the line it left.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ STREAM_MODES |= {"messages": "messages", "messages-tuple": "messages"}
 """The stream modes served, each mapped to the graph's own mode."""
 MULTITASK = ("reject", "enqueue")
 """What a run does when its thread has a run in flight: fail with 409 (LangGraph's default), or wait its turn."""
-UNSUPPORTED = ("command", "interrupt_before", "interrupt_after", "checkpoint", "checkpoint_id", "webhook")
+UNSUPPORTED = ("command", "interrupt_before", "interrupt_after", "webhook")
 
 
 @dataclass
@@ -87,7 +89,30 @@ def _stream_modes(value: Any) -> list[str]:
     return list(dict.fromkeys(modes))
 
 
-def _run_config(value: Any, thread_id: str | None, run_id: str) -> dict[str, Any]:
+def _checkpoint(body: dict[str, Any], thread_id: str | None) -> dict[str, str]:
+    """The checkpoint a run starts from (`checkpoint`, as the SDK sends it, or a bare `checkpoint_id`), or none.
+
+    Raises:
+        HTTPException: 422 for a malformed one, or one named on a run without a thread.
+    """
+    given = body.get("checkpoint") or ({"checkpoint_id": body["checkpoint_id"]} if body.get("checkpoint_id") else {})
+    if not given:
+        return {}
+    if not isinstance(given, dict) or not isinstance(given.get("checkpoint_id"), str):
+        raise HTTPException(422, "checkpoint must be an object with a checkpoint_id string")
+    if thread_id is None:
+        raise HTTPException(422, "a run without a thread has no checkpoint to start from")
+    try:
+        uuid.UUID(given["checkpoint_id"])
+    except ValueError:
+        raise HTTPException(422, f"checkpoint_id {given['checkpoint_id'][:80]!r} is not a checkpoint id") from None
+    namespace = given.get("checkpoint_ns") or ""
+    if not isinstance(namespace, str):
+        raise HTTPException(422, "checkpoint_ns must be a string")
+    return {"checkpoint_id": given["checkpoint_id"], "checkpoint_ns": namespace}
+
+
+def _run_config(value: Any, thread_id: str | None, run_id: str, checkpoint: dict[str, str]) -> dict[str, Any]:
     given = value if isinstance(value, dict) else {}
     config: dict[str, Any] = {"run_id": uuid.UUID(run_id), "metadata": {"run_id": run_id}}
     if isinstance(given.get("recursion_limit"), int) and not isinstance(given["recursion_limit"], bool):
@@ -95,7 +120,7 @@ def _run_config(value: Any, thread_id: str | None, run_id: str) -> dict[str, Any
     if isinstance(given.get("tags"), list):
         config["tags"] = [t for t in given["tags"] if isinstance(t, str)][:20]
     if thread_id is not None:
-        config["configurable"] = {"thread_id": thread_id}
+        config["configurable"] = {"thread_id": thread_id, **checkpoint}
         config["metadata"]["thread_id"] = thread_id
     return config
 
@@ -136,7 +161,7 @@ def plan_of(body: dict[str, Any], thread_id: str | None, run_id: str | None = No
         create_thread=if_not_exists == "create",
         input=_input(body.get("input")),
         context=_context(body.get("context")),
-        config=_run_config(body.get("config"), thread_id, run_id),
+        config=_run_config(body.get("config"), thread_id, run_id, _checkpoint(body, thread_id)),
         stream_modes=_stream_modes(body.get("stream_mode")),
         multitask=multitask,
     )

@@ -46,9 +46,6 @@ class ThreadRecords(Protocol):
     async def get(self, thread_id: str) -> ThreadRecord | None:
         """The thread's record, or None."""
 
-    async def touch(self, thread_id: str) -> None:
-        """Set the thread's `updated_at` to now (after a run)."""
-
     async def claim(self, thread_id: str, run_id: str, seconds: float) -> bool:
         """Take the thread's run lease for `seconds`; False while another run holds an unexpired one.
 
@@ -177,10 +174,6 @@ class PostgresThreadRecords:
         )
         return _record(rows[0]) if rows else None
 
-    async def touch(self, thread_id: str) -> None:
-        """Set `updated_at` to now."""
-        await self.execute(f"UPDATE {TABLE} SET updated_at = %s WHERE thread_id = %s", (_now(), thread_id))
-
     async def claim(self, thread_id: str, run_id: str, seconds: float) -> bool:
         """Take the lease (times on the database's clock, so workers' clocks need not agree)."""
         rows = await self.execute(
@@ -284,10 +277,6 @@ class SqliteThreadRecords:
             f"SELECT thread_id, created_at, updated_at, metadata FROM {TABLE} WHERE thread_id = ?", (thread_id,)
         )
         return _record(rows[0]) if rows else None
-
-    async def touch(self, thread_id: str) -> None:
-        """Set `updated_at` to now."""
-        await self.execute(f"UPDATE {TABLE} SET updated_at = ? WHERE thread_id = ?", (_now().isoformat(), thread_id))
 
     async def claim(self, thread_id: str, run_id: str, seconds: float) -> bool:
         """Take the lease (one machine: its clock)."""

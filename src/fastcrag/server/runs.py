@@ -23,6 +23,7 @@ from starlette.responses import Response, StreamingResponse
 from fastcrag import metrics
 from fastcrag.graph.state import State
 from fastcrag.nodes.abstain import abstention
+from fastcrag.server.assistants import ASSISTANT_ID, GRAPH_ID
 from fastcrag.server.plans import STREAM_MODES, RunPlan, plan_run
 from fastcrag.server.service import Service, service_of
 from fastcrag.server.threads import thread_known, valid_thread_id
@@ -33,6 +34,8 @@ log = logging.getLogger("fastcrag.server")
 LEASE_POLL_S = 0.05
 LEASE_GRACE_S = 5.0
 """A lease outlives the run timeout by this much: a worker that died mid-run frees its thread after it."""
+RUN_METADATA = {"graph_id": GRAPH_ID, "assistant_id": ASSISTANT_ID}
+"""What a run on a thread merges into the thread's metadata."""
 
 
 def failure_output(service: Service, plan: RunPlan, reason: str) -> dict[str, Any]:
@@ -58,17 +61,21 @@ def _failure_reason(service: Service, plan: RunPlan, exc: BaseException) -> str:
 
 
 async def _ensure_thread(service: Service, plan: RunPlan) -> None:
-    """Check (or create) the run's thread.
+    """Check (or create) the run's thread, and the checkpoint it starts from when it names one.
 
     Raises:
-        HTTPException: 404 for an unknown thread without `if_not_exists=create`.
+        HTTPException: 404 for an unknown thread without `if_not_exists=create`, or an unknown checkpoint.
         Exception: the database failed (the caller turns it into an abstention).
     """
-    if plan.thread_id is None or await thread_known(service, plan.thread_id) is not None:
+    if plan.thread_id is None:
         return
-    if not plan.create_thread:
-        raise HTTPException(404, f"thread {plan.thread_id} not found (send if_not_exists=create to create it)")
-    await service.threads.create(plan.thread_id, {})
+    if await thread_known(service, plan.thread_id) is None:
+        if not plan.create_thread:
+            raise HTTPException(404, f"thread {plan.thread_id} not found (send if_not_exists=create to create it)")
+        await service.threads.create(plan.thread_id, dict(RUN_METADATA))
+    checkpoint_id = plan.config["configurable"].get("checkpoint_id")
+    if checkpoint_id and await service.saver.aget_tuple(plan.config) is None:
+        raise HTTPException(404, f"checkpoint {checkpoint_id} not found on thread {plan.thread_id}")
 
 
 async def _claim(service: Service, plan: RunPlan) -> None:
@@ -105,10 +112,14 @@ def _graph_for(service: Service, plan: RunPlan) -> Any:
 
 
 async def _touch(service: Service, plan: RunPlan) -> None:
+    """After a run: the thread's `updated_at`, and its graph and assistant merged into its metadata.
+
+    LangGraph tags a thread so, and a chat UI lists its threads by `graph_id`.
+    """
     if plan.thread_id is not None:
         try:
-            await service.threads.touch(plan.thread_id)
-        except Exception as exc:  # the run itself succeeded; only the record's time is stale
+            await service.threads.update(plan.thread_id, dict(RUN_METADATA))
+        except Exception as exc:  # the run itself succeeded; only the record is stale
             log.warning("updating thread %s failed: %s", plan.thread_id, service.reason(exc))
 
 
@@ -150,8 +161,15 @@ async def execute(service: Service, plan: RunPlan) -> tuple[dict[str, Any], str 
 async def run_wait(request: Request) -> Response:
     """`POST /runs/wait` and `POST /threads/{id}/runs/wait`: run to the end and return the output values."""
     service = service_of(request)
-    output, _ = await execute(service, await _plan(request, service))
-    return Response(service.scrub(dumps(output)), media_type="application/json")
+    plan = await _plan(request, service)
+    output, _ = await execute(service, plan)
+    return Response(service.scrub(dumps(output)), media_type="application/json", headers=_location(plan))
+
+
+def _location(plan: RunPlan) -> dict[str, str]:
+    """The run's own path, which the SDK reads from `Content-Location` to learn the run id."""
+    where = f"/threads/{plan.thread_id}" if plan.thread_id is not None else ""
+    return {"Content-Location": f"{where}/runs/{plan.run_id}"}
 
 
 async def _produce(graph: Any, plan: RunPlan, queue: asyncio.Queue[Any]) -> None:
@@ -217,5 +235,5 @@ async def run_stream(request: Request) -> Response:
     return StreamingResponse(
         _events(service, plan, failed),
         media_type="text/event-stream",
-        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no", **_location(plan)},
     )
