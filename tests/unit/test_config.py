@@ -118,3 +118,23 @@ def test_a_gguf_model_without_the_llamacpp_extra_is_a_one_line_error(
     assert main(["ask", "--llm", "llamacpp:SmolLM2-135M-Instruct", "What is a list?"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "fastcrag[llamacpp]" in err
+
+
+def test_a_grader_folder_or_packaged_name_brings_its_own_calibration(tmp_path: Path) -> None:
+    from fastcrag.components import Components
+    from fastcrag.grading.reranker import PACKAGED_GRADER, grader_folder, own_calibration, packaged_graders
+
+    assert packaged_graders()["fastcrag-grader-reader-minilm-l6-v3"] == PACKAGED_GRADER
+    assert own_calibration(str(PACKAGED_GRADER)) is None  # the default's thresholds live in config/calibration.json
+    folder = tmp_path / "my-grader"
+    folder.mkdir()
+    (folder / "model.onnx").write_bytes(b"not loaded: the session opens on first use")
+    (folder / "fastcrag_model.json").write_text(json.dumps({"name": "my-grader"}))
+    own = json.loads(PACKAGED_CALIBRATION.read_text()) | {"reranker_model": "my-grader", "crag_upper": 0.9}
+    (folder / "calibration.json").write_text(json.dumps(own))
+    assert grader_folder(str(folder)) == folder and own_calibration(str(folder)) == folder / "calibration.json"
+    assert grader_folder("no-such-grader") is None and own_calibration("no-such-grader") is None
+    assert Components(Settings(reranker=str(folder))).calibration().crag_upper == 0.9
+    named = Settings(reranker=str(folder), calibration=PACKAGED_CALIBRATION)  # a named calibration wins, and is checked
+    with pytest.raises(CalibrationError, match="made for reranker"):
+        Components(named).calibration()

@@ -78,7 +78,9 @@ class Settings(BaseSettings):
     api_key: SecretStr | None = Field(
         None, description="Bearer key `fastcrag serve` requires on every route but /ok (required off loopback)."
     )
-    reranker: str = Field("", description="Reranker: a local folder, a cached model name, or `bi-encoder`.")
+    reranker: str = Field(
+        "", description="Reranker: a local folder, a packaged grader's name, a cached model name, or `bi-encoder`."
+    )
     llm: str = Field(DEFAULT_LLM, description="Generator: `provider:model` (init_chat_model) or `extractive`.")
     calibration: Path | None = Field(None, description="calibration.json; the packaged one when unset.")
     crag_enabled: bool = Field(

@@ -15,7 +15,11 @@ from fastcrag.grading.reader import Span, is_reader
 from fastcrag.modelmeta import META_FILE, read_model_meta
 from fastcrag.retrieval.embeddings import SentenceTransformerEmbeddings, default_embeddings
 
-PACKAGED_GRADER = Path(__file__).resolve().parent.parent / "models" / "grader"
+MODELS = Path(__file__).resolve().parent.parent / "models"
+PACKAGED_GRADER = MODELS / "grader"
+"""The default grader."""
+OWN_CALIBRATION = "calibration.json"
+"""A grader folder may carry its own calibration: used when no calibration is named."""
 BI_ENCODER = "bi-encoder"
 TEXT_CACHE_SIZE = 50_000  # bi-encoder text embeddings kept
 
@@ -162,10 +166,29 @@ def load_reranker(spec: str) -> Reranker:
     """
     if spec in (BI_ENCODER, f"{BI_ENCODER}:all-MiniLM-L6-v2"):
         return BiEncoderReranker()
-    path = Path(spec).expanduser()
+    path = grader_folder(spec) or Path(spec).expanduser()
     if (path / "model.onnx").is_file():
         return OnnxCrossEncoderReranker(path)
     return CrossEncoderReranker(path if path.exists() else spec)
+
+
+def packaged_graders() -> dict[str, Path]:
+    """The graders shipped with fastcrag, by name (the default and the options beside it)."""
+    return {str(read_model_meta(f.parent).get("name", f.parent.name)): f.parent for f in MODELS.glob("*/model.onnx")}
+
+
+def grader_folder(spec: str) -> Path | None:
+    """The ONNX grader folder `spec` names: a folder holding `model.onnx`, or a packaged grader's name; else None."""
+    path = Path(spec).expanduser()
+    if (path / "model.onnx").is_file():
+        return path
+    return packaged_graders().get(spec)
+
+
+def own_calibration(spec: str) -> Path | None:
+    """The calibration a grader folder carries (`OWN_CALIBRATION`), if `spec` names such a folder."""
+    folder = grader_folder(spec)
+    return folder / OWN_CALIBRATION if folder is not None and (folder / OWN_CALIBRATION).is_file() else None
 
 
 class CachingReranker:
