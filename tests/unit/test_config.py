@@ -138,3 +138,14 @@ def test_a_grader_folder_or_packaged_name_brings_its_own_calibration(tmp_path: P
     named = Settings(reranker=str(folder), calibration=PACKAGED_CALIBRATION)  # a named calibration wins, and is checked
     with pytest.raises(CalibrationError, match="made for reranker"):
         Components(named).calibration()
+
+
+def test_the_distilled_grader_ships_as_an_option_with_its_calibration() -> None:
+    from fastcrag.components import Components
+    from fastcrag.grading.reranker import MODELS, packaged_graders
+
+    name = "fastcrag-grader-reader-minilm-l3-distilled"
+    assert set(packaged_graders()) == {"fastcrag-grader-reader-minilm-l6-v3", name}  # not the embedder
+    parts = Components(Settings(reranker=name))
+    assert parts.reranker().name == name and parts.calibration().reranker_model == name
+    assert parts.calibration() == load_calibration(MODELS / "grader-l3" / "calibration.json")

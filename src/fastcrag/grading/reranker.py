@@ -174,7 +174,9 @@ def load_reranker(spec: str) -> Reranker:
 
 def packaged_graders() -> dict[str, Path]:
     """The graders shipped with fastcrag, by name (the default and the options beside it)."""
-    return {str(read_model_meta(f.parent).get("name", f.parent.name)): f.parent for f in MODELS.glob("*/model.onnx")}
+    return {
+        str(read_model_meta(f.parent).get("name", f.parent.name)): f.parent for f in MODELS.glob("grader*/model.onnx")
+    }
 
 
 def grader_folder(spec: str) -> Path | None:
