@@ -62,14 +62,13 @@ def _distill(args: argparse.Namespace) -> int:
     from fastcrag.training.data import PoolConfig
     from fastcrag.training.distill import distill
     from fastcrag.training.train import TrainConfig, export_grader
-    from fastcrag.training.weights import WeightsError, rebuilt_from, trainable_grader
+    from fastcrag.training.weights import WeightsError, trainable_once
 
     teacher = Path(args.teacher) if args.teacher else PACKAGED_GRADER
     out = Path(args.output)
     weights = out / "teacher-torch"  # the teacher's trainable weights, rebuilt once from its ONNX file
     try:
-        if rebuilt_from(weights) is None:
-            trainable_grader(teacher, weights, log=print)
+        trainable_once(teacher, weights, log=print)
     except (FileNotFoundError, WeightsError) as exc:
         print(f"error: {exc}")
         return 2

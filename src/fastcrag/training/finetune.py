@@ -141,17 +141,12 @@ def _weights(base_grader: Path, out: Path, log: Any) -> tuple[Path, dict[str, An
     Returns:
         (weights folder, the base grader's metadata, seconds spent rebuilding; 0 when cached or not needed).
     """
-    from fastcrag.training.weights import file_sha1, rebuilt_from, trainable_grader
+    from fastcrag.training.weights import trainable_once
 
     meta = read_model_meta(base_grader)
     if (base_grader / "model.onnx").is_file():
         cached = out / "base-weights"
-        src = rebuilt_from(cached) if (cached / "config.json").is_file() else None
-        if src is not None and src.get("sha1") == file_sha1(base_grader / "model.onnx"):
-            return cached, meta, 0.0
-        t0 = time.perf_counter()
-        trainable_grader(base_grader, cached, log=log)
-        return cached, meta, time.perf_counter() - t0
+        return cached, meta, trainable_once(base_grader, cached, log=log)
     if (base_grader / "config.json").is_file():
         return base_grader, meta, 0.0
     raise FileNotFoundError(f"{base_grader}: neither an ONNX grader (model.onnx) nor a Hugging Face folder")

@@ -348,6 +348,20 @@ def trainable_grader(grader_dir: Path, dest: Path, *, log: Callable[[str], None]
     return dest
 
 
+def trainable_once(grader_dir: Path, dest: Path, *, log: Callable[[str], None] | None = None) -> float:
+    """`trainable_grader` into `dest`, unless `dest` already holds the weights rebuilt from this very `model.onnx`.
+
+    Returns:
+        Seconds spent rebuilding (0 when `dest` was reused).
+    """
+    src = rebuilt_from(dest) if (dest / "config.json").is_file() else None
+    if src is not None and src.get("sha1") == file_sha1(grader_dir / "model.onnx"):
+        return 0.0
+    t0 = time.perf_counter()
+    trainable_grader(grader_dir, dest, log=log)
+    return time.perf_counter() - t0
+
+
 def file_sha1(path: Path) -> str:
     """SHA-1 of a file's bytes (a grader's `model.onnx` identifies the weights rebuilt from it)."""
     digest = hashlib.sha1()
