@@ -66,7 +66,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -76,6 +75,8 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+from fastcrag.evaluation.launch import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 MIRROR = Path("/work/.mirror/langchain-ai+agent-chat-ui/repo")
@@ -94,13 +95,6 @@ module.exports = new Proxy({}, { get: (_t, key) => (typeof key === "string" ? cs
 def log(msg: str) -> None:
     """Print one timestamped progress line."""
     print(f"[chat-ui-check {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def free_port() -> int:
-    """A free TCP port on loopback."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def http_get(url: str, timeout: float = 5.0) -> tuple[int, str]:
