@@ -11,7 +11,9 @@ Sections (each prints when it finishes; `--skip` leaves sections out):
 - embedder: `fastcrag bench-embedder`'s int8 vs fp32 table (throughput ratio, query P50, cosine, SciFact nDCG@10);
 - levers: the grader-work levers alone and together against the earlier defaults (fp32 query embedder, top_k 20, all
   candidates graded at once), CRAG off, over the same questions: retrieval total P50/P95, the stages behind it, the
-  share of questions whose grading stopped early, and whether each question's band matches the earlier defaults'.
+  share of questions whose grading stopped early, and whether each question's band matches the earlier defaults';
+  then each lever's quality from stored runs (`--quality`: SciFact nDCG@10 replayed from an `eval retrieval` run,
+  the grader's SQuAD v2 measures from an `eval-grader --out` table) and the Pareto table of latency against it.
 """
 
 from __future__ import annotations
@@ -27,12 +29,15 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastcrag.config.settings import Context
 from fastcrag.evaluation import launch
 from fastcrag.evaluation.report import percentile
 from fastcrag.fileio import write_json_atomic
+
+if TYPE_CHECKING:
+    from fastcrag.evaluation.pareto import LeverSetup
 
 VERSION = 1
 SECTIONS = ("core", "serve", "cold", "embedder", "levers")
@@ -67,6 +72,8 @@ def _verdict(value: float, target: float) -> str:
 
 #: The earlier defaults the levers are measured against, and each lever alone and together (settings overrides).
 BEFORE = {"embedder": "sentence-transformers", "top_k": 20, "grade_batch": 0}
+DEFAULTS = {"embedder": "onnx-int8", "grade_batch": 10, "top_k": 15}
+DISTILLED = "fastcrag-grader-reader-minilm-l3-distilled"
 LEVERS: dict[str, dict[str, Any]] = {
     "before: fp32 embedder, top_k 20, all graded": BEFORE,
     "int8 query embedder": {**BEFORE, "embedder": "onnx-int8"},
@@ -77,7 +84,8 @@ LEVERS: dict[str, dict[str, Any]] = {
     "int8 + early exit 10": {**BEFORE, "embedder": "onnx-int8", "grade_batch": 10},
     "int8 + early exit 5": {**BEFORE, "embedder": "onnx-int8", "grade_batch": 5},
     "int8 + top_k 10": {**BEFORE, "embedder": "onnx-int8", "top_k": 10},
-    "int8 + early exit 10 + top_k 15 (the defaults)": {"embedder": "onnx-int8", "grade_batch": 10, "top_k": 15},
+    "int8 + early exit 10 + top_k 15 (the defaults)": DEFAULTS,
+    "the defaults with the distilled 3-layer grader": {**DEFAULTS, "reranker": DISTILLED},
 }
 
 
@@ -92,10 +100,21 @@ class LocalGraph:
         from fastcrag.graph.builder import build_graph
 
         parts = Components(Settings(**(overrides or {})))
+        self.parts = parts
         self.graph = build_graph(parts=parts)
         parts.warm_up()
         self._clear: Callable[[], None] = getattr(parts.reranker(), "clear_cache", lambda: None)
         self.invoke("warm-up: what is a module?")
+
+    def setup(self) -> LeverSetup:
+        """The names this graph's runs record, its `top_k` and how it orders graded candidates."""
+        from fastcrag.evaluation.pareto import LeverSetup
+        from fastcrag.evaluation.retrieval import GraphOrder
+        from fastcrag.retrieval.embeddings import default_embeddings
+
+        settings, cal = self.parts.settings, self.parts.calibration()
+        order = GraphOrder(cal.rerank_weight, settings.grade_batch, cal.crag_upper)
+        return LeverSetup(default_embeddings(settings.embedder).name, self.parts.reranker().name, settings.top_k, order)
 
     def invoke(self, question: str, context: Any = None) -> dict[str, Any]:
         """One cold-cache run."""
@@ -127,8 +146,12 @@ def core(local: LocalGraph, questions: Sequence[str]) -> dict[str, Any]:
     return report
 
 
-def levers_section(questions: Sequence[str]) -> dict[str, Any]:
-    """Each lever's retrieval latency (CRAG off) and early-stop share, and its bands against the earlier defaults'."""
+def levers_section(questions: Sequence[str], quality_root: Path | None) -> dict[str, Any]:
+    """Each lever's retrieval latency (CRAG off) and early-stop share, and its bands against the earlier defaults'.
+
+    With `quality_root`, each lever's quality is read from the stored runs under it (`pareto.lever_quality`) and the
+    Pareto table of latency against quality is printed and returned under `pareto`.
+    """
     from fastcrag.evaluation.bench import retrieval_total  # loads the graph: only when the bench runs
 
     graphs = {name: LocalGraph(overrides) for name, overrides in LEVERS.items()}
@@ -166,6 +189,16 @@ def levers_section(questions: Sequence[str]) -> dict[str, Any]:
             f"{row['rerank_ms P50']:.0f}); stopped early {row['stopped early']:.0%}; same band "
             f"{row['same band as before']:.0%}"
         )
+    if quality_root is not None:
+        from fastcrag.evaluation.pareto import lever_quality, pareto_table
+
+        quality = lever_quality({name: graph.setup() for name, graph in graphs.items()}, quality_root)
+        latency = "retrieval total P50 ms"
+        for name, measured in quality.items():
+            report[name]["quality"] = measured
+        table = pareto_table({n: {latency: report[n][latency], **quality[n]} for n in graphs}, latency)
+        report["pareto"] = table
+        print(f"\nlatency against quality stored under {quality_root}:\n{table}")
     return report
 
 
@@ -321,7 +354,7 @@ def run(args: argparse.Namespace) -> int:
         report["cold"] = cold_section(QUESTIONS)
     if "levers" not in skip:
         print("levers (CRAG off, grader cache cleared before each run, interleaved):")
-        report["levers"] = levers_section(questions)
+        report["levers"] = levers_section(questions, Path(args.quality) if args.quality else None)
     if "embedder" not in skip:
         from fastcrag.evaluation.bench_embedder import embedder_benchmark  # torch: only for this section
 
@@ -378,5 +411,11 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     b.add_argument("--beir", default="../shared/data/scifact", help="SciFact BEIR folder for the embedder's nDCG row")
     b.add_argument("--rounds", type=int, default=3, help="embedder throughput rounds (default: 3)")
     b.add_argument("--threads", type=int, default=2, help="embedder threads (default: 2)")
+    b.add_argument(
+        "--quality",
+        default="runs",
+        help="folder of stored `eval retrieval` runs and `eval-grader --out` tables giving each lever's quality "
+        "(default: runs; empty: latency only)",
+    )
     b.add_argument("--out", help="also write the report as JSON here")
     b.set_defaults(func=run)

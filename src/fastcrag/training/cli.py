@@ -128,7 +128,7 @@ def _bench(args: argparse.Namespace) -> int:
 def _eval(args: argparse.Namespace) -> int:
     from fastcrag.training.bench import SECTIONS, quality_benchmark  # loaded when the command runs
 
-    quality_benchmark(
+    table = quality_benchmark(
         graders=args.grader,
         data_root=Path(args.data_root),
         per_class=args.per_class,
@@ -139,6 +139,12 @@ def _eval(args: argparse.Namespace) -> int:
         fusion_pairs=Path(args.fusion_pairs) if args.fusion_pairs else None,
         sections=args.only or SECTIONS,
     )
+    if args.out:
+        from fastcrag.fileio import write_json_atomic
+
+        config = {k: v for k, v in vars(args).items() if k not in ("func", "out", "command")}
+        write_json_atomic(Path(args.out), {"command": "eval-grader", "config": config, "table": table})
+        print(f"table written to {args.out}")
     return 0
 
 
@@ -255,6 +261,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
         choices=["squad2", "strip", "scifact"],
         help="measure only this block (repeatable): squad2 paragraphs+snippets, strip scoring, SciFact",
     )
+    e.add_argument("--out", default="", help="also write the table as JSON here (bench-speed reads it for quality)")
     e.set_defaults(func=_eval)
 
     u = subparsers.add_parser(
