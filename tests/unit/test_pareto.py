@@ -109,3 +109,40 @@ def test_eval_grader_writes_its_table(tmp_path: Path, monkeypatch: pytest.Monkey
     assert written["command"] == "eval-grader"
     assert written["table"] == table
     assert written["config"]["only"] == ["squad2"]
+
+
+def _write_abstention(folder: Path, config: dict[str, Any], truthfulness: float) -> None:
+    folder.mkdir(parents=True)
+    header = {"type": "header", "config_hash": "h2", "config": {"command": "eval abstention", **config}}
+    (folder / "results.jsonl").write_text(json.dumps(header) + "\n", encoding="utf-8")
+    crag = {"all": {"truthfulness": truthfulness, "abstention_precision": 0.88}, "answerable": {"correct": 26}}
+    summary = {"complete": True, "config_hash": "h2", "summaries": {"extractive / CRAG on": crag}}
+    (folder / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+
+
+def test_abstention_quality_needs_every_setting_of_the_lever(tmp_path: Path) -> None:
+    lever = LeverSetup("e", "g", 15, GraphOrder(1.0, 10, 0.84), (0.45, 0.84))
+    same = {"embedder": "e", "reranker": "g", "top_k": 15, "grade_batch": 10, "thresholds": [0.45, 0.84]}
+    _write_abstention(tmp_path / "match", same, -0.15)
+    _write_abstention(tmp_path / "other-batch", same | {"grade_batch": 0}, -0.5)
+    _write_abstention(tmp_path / "other-thresholds", same | {"thresholds": [0.4, 0.84]}, -0.5)
+    _write_abstention(tmp_path / "no-embedder", {k: v for k, v in same.items() if k != "embedder"}, -0.5)
+    assert pareto.abstention_quality(tmp_path, lever) == {
+        pareto.TRUTHFULNESS: -0.15,
+        pareto.PRECISION: 0.88,
+        pareto.RIGHT: 26.0,
+    }
+    assert pareto.abstention_quality(tmp_path, LeverSetup("e", "g", 10, GraphOrder(1.0, 10, 0.84), (0.45, 0.84))) == {}
+
+
+def test_missing_quality_names_the_commands_that_store_it(tmp_path: Path) -> None:
+    from fastcrag.evaluation import bench_speed
+
+    names = list(bench_speed.LEVERS)
+    quality = {names[0]: {SCIFACT: 0.6}, names[1]: {pareto.TRUTHFULNESS: -0.1}, names[2]: {}}
+    commands = bench_speed.missing_quality(quality, tmp_path)
+    assert len([c for c in commands if "eval abstention" in c]) == 2
+    retrieval = [c for c in commands if "eval retrieval" in c]
+    assert len(retrieval) == 2  # levers 1 and 2 (fp32 vs int8 embedder) need different first passes
+    assert all("--depth 20" in c and "GRADE_BATCH" not in c for c in retrieval)
+    assert any(c.startswith("FASTRAG_EMBEDDER=sentence-transformers FASTRAG_GRADE_BATCH=10") for c in commands)

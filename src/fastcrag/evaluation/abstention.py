@@ -33,8 +33,9 @@ from fastcrag.evaluation.scoring import (
 )
 from fastcrag.grading.reranker import CachingReranker
 from fastcrag.graph.builder import build_graph
+from fastcrag.retrieval.embeddings import default_embeddings
 
-VERSION = 4  # 3: hybrid first pass and the keyword rewrite; 4: gold_score, distractors
+VERSION = 5  # 3: hybrid first pass and the keyword rewrite; 4: gold_score, distractors; 5: embedder, grade_batch
 
 VARIANTS = ("crag", "threshold", "plain")
 """The graph configurations compared per generator: CRAG on; CRAG off abstaining below reranker_threshold
@@ -122,6 +123,8 @@ def run(cfg: AbstentionConfig, settings: Settings) -> int:
         "retrieval": settings.retrieval,
         "crag_strip_min_tokens": settings.crag_strip_min_tokens,
         "distractors": cfg.distractors,
+        "embedder": default_embeddings(settings.embedder).name,
+        "grade_batch": settings.grade_batch,
     }
     log = ResultLog(cfg.out / "results.jsonl", config, fresh=cfg.fresh)
     jobs = [(q, g, v) for q in setup.questions for g in cfg.generators for v in cfg.variants]

@@ -114,7 +114,8 @@ class LocalGraph:
 
         settings, cal = self.parts.settings, self.parts.calibration()
         order = GraphOrder(cal.rerank_weight, settings.grade_batch, cal.crag_upper)
-        return LeverSetup(default_embeddings(settings.embedder).name, self.parts.reranker().name, settings.top_k, order)
+        embedder = default_embeddings(settings.embedder).name
+        return LeverSetup(embedder, self.parts.reranker().name, settings.top_k, order, cal.thresholds())
 
     def invoke(self, question: str, context: Any = None) -> dict[str, Any]:
         """One cold-cache run."""
@@ -199,7 +200,37 @@ def levers_section(questions: Sequence[str], quality_root: Path | None) -> dict[
         table = pareto_table({n: {latency: report[n][latency], **quality[n]} for n in graphs}, latency)
         report["pareto"] = table
         print(f"\nlatency against quality stored under {quality_root}:\n{table}")
+        missing = missing_quality(quality, quality_root)
+        if missing:
+            print("no stored run gives some levers' quality; these commands make them:")
+            print("\n".join(f"  {command}" for command in missing))
     return report
+
+
+def missing_quality(quality: dict[str, dict[str, Any]], root: Path) -> list[str]:
+    """The commands that store the runs a lever's quality lacks, under `root` (one per distinct run)."""
+    from fastcrag.evaluation.pareto import SCIFACT, TRUTHFULNESS
+
+    commands: dict[str, None] = {}
+    for name, measured in quality.items():
+        settings = LEVERS[name]
+        env = " ".join(f"FASTRAG_{k.upper()}={v}" for k, v in sorted(settings.items()))
+        if SCIFACT not in measured:  # depth 20 serves every top_k up to 20 of the same embedder and grader
+            first_pass = " ".join(
+                f"FASTRAG_{k.upper()}={v}" for k, v in sorted(settings.items()) if k in ("embedder", "reranker")
+            )
+            slug = "-".join(str(settings.get(k, "default")) for k in ("embedder", "reranker"))
+            commands[
+                f"{first_pass} fastcrag eval retrieval --beir ../shared/data/scifact --depth 20 "
+                f"--out {root}/scifact-{slug}"
+            ] = None
+        if TRUTHFULNESS not in measured:
+            slug = "-".join(str(v) for _, v in sorted(settings.items()))
+            commands[
+                f"{env} fastcrag eval abstention --per-class 40 --generators extractive --variants crag "
+                f"--out {root}/abstention-{slug}"
+            ] = None
+    return list(commands)
 
 
 def served_against_local(

@@ -5,6 +5,8 @@ A lever's quality is read, not measured again:
   grader over the hybrid first pass, reranking at least the lever's `top_k` documents. The run records every
   query's first pass and the grader's score of each reranked document, so any smaller `top_k` and any early exit
   (`grade_batch`, at the lever's calibration) is replayed exactly by `retrieval.graph_run`.
+- Truthfulness, abstention precision and answerable questions answered right (extractive, CRAG on), from a stored
+  `eval abstention` run made with the lever's embedder, grader, thresholds, `top_k` and `grade_batch`.
 - The grader's SQuAD v2 measures, from a stored `eval-grader --out` table that has the lever's grader as a column.
 """
 
@@ -20,6 +22,10 @@ from fastcrag.datasets import read_qrels
 from fastcrag.evaluation.retrieval import GraphOrder, evaluate, graph_run
 
 SCIFACT = "SciFact nDCG@10"
+TRUTHFULNESS = "truthfulness"
+PRECISION = "abstention precision"
+RIGHT = "answerable right"
+ABSTENTION_MEASURES = (TRUTHFULNESS, PRECISION, RIGHT)
 GRADER_MEASURES = (  # eval-grader rows shown and compared (higher is better)
     "squad2-dev AUC answerable vs unanswerable",
     "squad2-dev AUC answerable vs gold-removed",
@@ -27,6 +33,7 @@ GRADER_MEASURES = (  # eval-grader rows shown and compared (higher is better)
     "squad2-dev gold paragraph first (answerable)",
 )
 SHORT = {
+    PRECISION: "abst. precision",
     "squad2-dev AUC answerable vs unanswerable": "AUC unans.",
     "squad2-dev AUC answerable vs gold-removed": "AUC gold-rem.",
     "squad2-dev AUC answerable vs off-corpus": "AUC off-corpus",
@@ -42,6 +49,7 @@ class LeverSetup:
     grader: str
     top_k: int
     order: GraphOrder
+    thresholds: tuple[float, float] = (0.0, 0.0)  # (reranker_threshold, crag_upper) of the lever's calibration
 
 
 @dataclass
@@ -115,6 +123,37 @@ def replayed_ndcg(run: RetrievalRun, lever: LeverSetup, qrels: Mapping[str, Mapp
     return evaluate(qrels, runs)["nDCG@10"]
 
 
+def abstention_quality(root: Path, lever: LeverSetup) -> dict[str, float]:
+    """The lever's abstention measures (extractive generator, CRAG on); empty without a matching run.
+
+    They come from the newest complete `eval abstention` run under `root` made with the lever's settings.
+    """
+    found: dict[str, float] = {}
+    for results in sorted(root.glob("*/results.jsonl"), key=lambda p: p.stat().st_mtime):
+        header = _read_jsonl_header(results)
+        c = (header or {}).get("config", {})
+        if c.get("command") != "eval abstention" or not (
+            c.get("reranker") == lever.grader
+            and c.get("embedder") == lever.embedder
+            and c.get("top_k") == lever.top_k
+            and c.get("grade_batch") == lever.order.batch
+            and [round(t, 6) for t in c.get("thresholds", [])] == [round(t, 6) for t in lever.thresholds]
+        ):
+            continue
+        try:
+            summary = json.loads((results.parent / "summary.json").read_text(encoding="utf-8"))
+            crag = summary["summaries"]["extractive / CRAG on"]
+        except (OSError, ValueError, KeyError):
+            continue
+        if summary.get("complete") and summary.get("config_hash") == (header or {}).get("config_hash"):
+            found = {
+                TRUTHFULNESS: float(crag["all"]["truthfulness"]),
+                PRECISION: float(crag["all"]["abstention_precision"]),
+                RIGHT: float(crag["answerable"]["correct"]),
+            }
+    return found
+
+
 def grader_tables(root: Path) -> dict[str, dict[str, float]]:
     """{grader: {measure: value}} from the `eval-grader --out` JSON files directly under `root` (newest last wins)."""
     out: dict[str, dict[str, float]] = {}
@@ -139,7 +178,7 @@ def lever_quality(levers: Mapping[str, LeverSetup], root: Path) -> dict[str, dic
     out: dict[str, dict[str, Any]] = {}
     for name, lever in levers.items():
         own = graders.get(lever.grader, {})
-        quality: dict[str, Any] = {m: own[m] for m in GRADER_MEASURES if m in own}
+        quality: dict[str, Any] = {m: own[m] for m in GRADER_MEASURES if m in own} | abstention_quality(root, lever)
         run = next((r for r in runs if r.serves(lever)), None)
         if run is not None:
             key = (str(run.config["beir"]), str(run.config.get("split", "test")))
@@ -174,7 +213,7 @@ def pareto_table(rows: Mapping[str, Mapping[str, Any]], latency: str) -> str:
     Rows are compared on every measure some row has; a row lacking one (no stored run could give it) is marked `?`
     and dominates no other.
     """
-    measures = [m for m in (SCIFACT, *GRADER_MEASURES) if any(m in r for r in rows.values())]
+    measures = [m for m in (SCIFACT, *ABSTENTION_MEASURES, *GRADER_MEASURES) if any(m in r for r in rows.values())]
     values = list(rows.values())
     head = ["lever", latency, *[SHORT.get(m, m) for m in measures], "Pareto"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -183,6 +222,12 @@ def pareto_table(rows: Mapping[str, Mapping[str, Any]], latency: str) -> str:
             mark = "?"
         else:
             mark = "dominated" if dominated(row, values, latency, measures) else "**front**"
-        cells = [name, f"{row[latency]:.0f}", *[f"{row[m]:.3f}" if m in row else "-" for m in measures], mark]
+        cells = [name, f"{row[latency]:.0f}", *[_cell(row.get(m), m) for m in measures], mark]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _cell(value: float | None, measure: str) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.0f}" if measure == RIGHT else f"{value:.3f}"

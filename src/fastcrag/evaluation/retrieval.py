@@ -18,7 +18,13 @@ from fastcrag.datasets import read_qrels, read_queries
 from fastcrag.evaluation import report as rp
 from fastcrag.evaluation.common import DEFAULT_INDEX_CACHE, cached_corpus_store, machine_note, progress, set_threads
 from fastcrag.evaluation.runlog import ResultLog
-from fastcrag.grading.reranker import checked_scores, default_reranker_spec, load_reranker, scores_until
+from fastcrag.grading.reranker import (
+    checked_scores,
+    default_reranker_spec,
+    load_reranker,
+    own_calibration,
+    scores_until,
+)
 from fastcrag.retrieval.embeddings import default_embeddings
 from fastcrag.retrieval.hybrid import fuse, fused_order
 from fastcrag.retrieval.loaders import load_documents
@@ -140,14 +146,15 @@ def graph_run(first_pass: Mapping[str, float], reranked: Mapping[str, float], or
 def graph_order(settings: Settings, grader: str) -> GraphOrder:
     """How the graph would order candidates with `grader` under `settings`.
 
-    The calibration is FASTRAG_CALIBRATION when set, else the packaged one when made for `grader`; with neither, the
-    grader's order over every candidate.
+    The calibration is FASTRAG_CALIBRATION when set, else the one the grader's folder carries, else the packaged one
+    when made for `grader`; with none, the grader's order over every candidate.
 
     Raises:
         CalibrationError: FASTRAG_CALIBRATION is unreadable or made for another grader.
     """
-    if settings.calibration is not None:
-        cal = load_calibration(settings.calibration, expected_model=grader)
+    path = settings.calibration or (own_calibration(settings.reranker) if settings.reranker else None)
+    if path is not None:
+        cal = load_calibration(path, expected_model=grader)
     else:
         try:
             cal = load_calibration(None, expected_model=grader)
