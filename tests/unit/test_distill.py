@@ -74,3 +74,6 @@ def test_a_student_learns_its_teachers_scores_and_exports_as_a_grader(tmp_path: 
     assert summary["layers"] == [1] and summary["dev"]["pairs"] == len(pairs)
     config = transformers.AutoConfig.from_pretrained(str(run / "final"))
     assert config.num_hidden_layers == 1
+    # the run's folder is tied to its teacher and layers: another distillation there is refused, not resumed
+    with pytest.raises(ValueError, match="keeping layers \\[1\\]"):
+        distill(cfg, teacher, weights, layers=2)

@@ -62,7 +62,8 @@ def test_only_complete_matching_runs_serve_a_lever(tmp_path: Path) -> None:
     assert runs[0].serves(LeverSetup("e", "g", 3, GraphOrder()))
     assert not runs[0].serves(LeverSetup("e", "g", 5, GraphOrder()))  # shallower than the lever's top_k
     assert not runs[0].serves(LeverSetup("fp32", "g", 3, GraphOrder()))
-    assert not RetrievalRun(tmp_path, _config(reranked_first_pass="dense")).serves(LeverSetup("e", "g", 3, GraphOrder()))
+    dense = RetrievalRun(tmp_path, _config(reranked_first_pass="dense"))
+    assert not dense.serves(LeverSetup("e", "g", 3, GraphOrder()))
 
 
 def test_lever_quality_joins_the_replay_and_the_graders_table(tmp_path: Path) -> None:

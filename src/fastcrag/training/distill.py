@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from fastcrag.fileio import write_json_atomic
 from fastcrag.modelmeta import read_model_meta
 from fastcrag.training.model import build_model, save_model, span_allowed
 from fastcrag.training.train import (
@@ -32,6 +33,7 @@ from fastcrag.training.train import (
     prepare_run,
     train_loop,
 )
+from fastcrag.training.weights import file_sha1
 
 #: Weight of the span distributions' KL divergence beside the relevance logit's squared error.
 SPAN_WEIGHT = 1.0
@@ -126,8 +128,24 @@ def distill(cfg: TrainConfig, teacher_dir: Path, teacher_torch: Path, layers: in
     model = build_model(teacher_torch)
     keep = kept_layers(int(model.encoder.config.num_hidden_layers), layers)
     shrink(model, keep)
-    plan = {"teacher": str(teacher_dir), "teacher_name": meta.get("name"), "layers": keep, **asdict(cfg)}
-    (out / "distill_config.json").write_text(json.dumps(plan, indent=2), encoding="utf-8")
+    sha1 = file_sha1(teacher_dir / "model.onnx")
+    plan_path = out / "distill_config.json"
+    if plan_path.is_file():  # a run to resume: only from the same teacher and layers
+        earlier = json.loads(plan_path.read_text(encoding="utf-8"))
+        if (earlier.get("teacher_sha1"), earlier.get("layers")) != (sha1, keep):
+            raise ValueError(
+                f"{out} holds a distillation of {earlier.get('teacher_name')!r} keeping layers {earlier.get('layers')}"
+                f" (teacher file SHA-1 {earlier.get('teacher_sha1')}); this run distils {meta.get('name')!r} keeping"
+                f" {keep} (SHA-1 {sha1}): choose another --output, or remove it to start over"
+            )
+    plan = {
+        "teacher": str(teacher_dir),
+        "teacher_name": meta.get("name"),
+        "teacher_sha1": sha1,
+        "layers": keep,
+        **asdict(cfg),
+    }
+    write_json_atomic(plan_path, plan)
     device = prepare_run(cfg)
     train_pairs, dev_pairs = _prepare_pool(cfg, out)
     tokenizer = AutoTokenizer.from_pretrained(str(teacher_torch), local_files_only=True)
