@@ -139,7 +139,8 @@ class Components:
         given = self._llm if self._llm is not None else self.settings.llm
         if isinstance(given, str):
             if given == EXTRACTIVE:
-                return ExtractiveGenerator(self.reranker(), self.calibration().reader_threshold)
+                cal = self.calibration()
+                return ExtractiveGenerator(self.reranker(), cal.reader_threshold, cal.refine_reader_threshold)
             model = load_chat_model(given, self.settings.max_new_tokens, self.settings.llm_timeout_s)
             return ChatGenerator(model, self.settings.llm_timeout_s, name=given)
         if isinstance(given, BaseChatModel):

@@ -485,3 +485,44 @@ def test_a_follow_up_without_a_chat_model_is_asked_as_it_is() -> None:
     assert out["crag"]["conversation"].startswith("last message as it is (the chat model failed: RuntimeError")
     single = graph.invoke({"messages": [HumanMessage("Where is the Eiffel Tower?")]})
     assert single["crag"]["conversation"] is None and single["crag"]["question"] == "Where is the Eiffel Tower?"
+
+
+class _ScriptedReader(ScriptedReranker):
+    """Grades by keyword and reads "1889" from any passage holding it, with span score 0.3."""
+
+    has_reader = True
+
+    def read(self, query: str, texts: list[str]) -> list[Any]:
+        from fastcrag.grading.reader import Span
+
+        return [Span("1889", t.index("1889"), t.index("1889") + 4, 0.3) if "1889" in t else None for t in texts]
+
+
+@pytest.mark.parametrize(("score", "answered"), [(0.9, True), (0.5, False)])
+def test_the_refine_floor_holds_ambiguous_evidence_only(score: float, answered: bool) -> None:
+    from fastcrag.config.calibration import Calibration
+
+    cal = Calibration(
+        reranker_model="scripted",
+        reranker_threshold=LOWER,
+        crag_upper=UPPER,
+        reader_threshold=0.1,
+        refine_reader_threshold=0.5,
+    )
+    graph = build_graph(
+        retriever=ListRetriever(docs=[doc(GOOD, "c1")]),
+        reranker=_ScriptedReader({"Eiffel": score, "1889": score}),
+        llm="extractive",
+        calibration=cal,
+        settings=Settings(),
+    )
+    out = graph.invoke({"question": "When was the Eiffel Tower completed?"})
+    assert out["crag"]["band"] == ("CORRECT" if answered else "AMBIGUOUS")
+    if answered:  # span 0.3 passes the reader's floor (0.1)
+        assert out["answer"].startswith("1889") and out["crag"]["action"] == "generate"
+    else:  # the same span under AMBIGUOUS evidence misses the refine floor (0.5): abstain, with the reason
+        assert out["crag"]["action"] == "abstain"
+        assert "0.300 < 0.500" in out["crag"]["failure"]
+    # CRAG off (threshold only): the floor of the corrective path does not apply
+    off = graph.invoke({"question": "When was the Eiffel Tower completed?"}, context=Context(crag_enabled=False))
+    assert off["answer"].startswith("1889")

@@ -87,6 +87,34 @@ def test_reader_generator_abstains_below_threshold() -> None:
     assert "Rollo swore fealty" in answer.text and answer.used == [0]
 
 
+def test_ambiguous_evidence_is_held_to_the_refine_floor() -> None:
+    gen = ExtractiveGenerator(ScriptedReader({"Rollo": 0.3}), reader_threshold=0.1, refine_reader_threshold=0.5)
+    question, passages = "Who swore fealty?", [{"text": PASSAGE}]
+    assert generate_answer(gen, question, passages).text.startswith("Rollo")  # CORRECT evidence: 0.3 >= 0.1
+    with pytest.raises(ValueError, match=r"reader threshold \(0.300 < 0.500\)"):
+        generate_answer(gen, question, passages, ambiguous=True)
+    assert generate_answer(gen, question, passages, abstain=False, ambiguous=True).text.startswith("Rollo")
+    # without a refine floor, AMBIGUOUS evidence keeps the reader's own
+    same = ExtractiveGenerator(ScriptedReader({"Rollo": 0.3}), reader_threshold=0.1)
+    assert generate_answer(same, question, passages, ambiguous=True).text.startswith("Rollo")
+
+
+def test_the_refine_floor_is_drawn_on_ambiguous_questions_alone() -> None:
+    from fastcrag.fitting.calibrate import Observation, RefineFloor, choose_reader_threshold, declines
+
+    # CORRECT band (0.9): spans do not separate; AMBIGUOUS band (0.6): the answerable ones read 0.8, the rest 0.1
+    obs = [Observation("answerable", 0.9, "", "", 0.5, f"c{i}") for i in range(20)]
+    obs += [Observation("unanswerable", 0.9, "", "", 0.5, f"u{i}") for i in range(20)]
+    obs += [Observation("answerable", 0.6, "", "", 0.8, f"a{i}") for i in range(20)]
+    obs += [Observation("unanswerable", 0.6, "", "", 0.1, f"n{i}") for i in range(20)]
+    floor, why = choose_reader_threshold(obs, 0.4, 0.9, upper=0.8)
+    assert floor is not None and 0.1 < floor <= 0.8 and "refine_reader_threshold" in why and "AMBIGUOUS" in why
+    refine = RefineFloor(0.8, floor)
+    assert declines(obs[-1], 0.4, 0.0, refine) and not declines(obs[40], 0.4, 0.0, refine)
+    assert not declines(obs[20], 0.4, 0.0, refine)  # graded CORRECT: the reader's own floor (0) applies
+    assert choose_reader_threshold(obs[:40], 0.4, 0.9, upper=0.8) == (None, "")  # no AMBIGUOUS question
+
+
 def test_the_reader_floor_is_not_asked_of_questions_answered_by_sentences() -> None:
     from fastcrag.fitting.calibrate import read_score
 

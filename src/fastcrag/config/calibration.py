@@ -31,6 +31,13 @@ class Calibration(BaseModel):
     reader_threshold: float | None = Field(
         None, ge=0.0, le=1.0, description="Extractive reader: below this best-span score it abstains (None: never)."
     )
+    refine_reader_threshold: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description="Extractive reader, AMBIGUOUS band (evidence that needed refining): below this best-span score it "
+        "abstains (None: reader_threshold).",
+    )
     rerank_weight: float = Field(
         1.0,
         ge=0.0,
@@ -52,7 +59,8 @@ class Calibration(BaseModel):
 
     @model_validator(mode="after")
     def _ordered(self) -> Calibration:
-        if any(math.isnan(v) for v in (self.reranker_threshold, self.crag_upper, self.reader_threshold or 0.0)):
+        floors = (self.reader_threshold or 0.0, self.refine_reader_threshold or 0.0)
+        if any(math.isnan(v) for v in (self.reranker_threshold, self.crag_upper, *floors)):
             raise ValueError("thresholds must be numbers, not NaN")
         if self.crag_upper < self.reranker_threshold:
             raise ValueError(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -71,28 +72,45 @@ def best_strip_chunk(reranker: Reranker, question: str, ranked: Sequence[tuple[s
     return strips[int(np.argmax(scores))][1]
 
 
-def declines(o: Observation, threshold: float, reader_threshold: float | None = None) -> bool:
+@dataclass(frozen=True)
+class RefineFloor:
+    """The reader's floor for AMBIGUOUS evidence: questions graded below `upper` (crag_upper) are held to `floor`."""
+
+    upper: float
+    floor: float | None
+
+
+def declines(
+    o: Observation, threshold: float, reader_threshold: float | None = None, refine: RefineFloor | None = None
+) -> bool:
     """Whether the graph declines this question.
 
     It does when its best grade is below `threshold`, or (a reader) no answer span of the passages it would answer
-    from reaches `reader_threshold`.
+    from reaches `reader_threshold` (`refine.floor` when set, for a question graded below `refine.upper`).
     """
     if o.top_score < threshold:
         return True
-    return reader_threshold is not None and o.span_score is not None and o.span_score < reader_threshold
+    floor = refine.floor if refine is not None and refine.floor is not None and o.top_score < refine.upper else None
+    floor = reader_threshold if floor is None else floor
+    return floor is not None and o.span_score is not None and o.span_score < floor
 
 
 def abstention_rates(
-    obs: Sequence[Observation], threshold: float, undefined: float = 0.0, reader_threshold: float | None = None
+    obs: Sequence[Observation],
+    threshold: float,
+    undefined: float = 0.0,
+    reader_threshold: float | None = None,
+    refine: RefineFloor | None = None,
 ) -> tuple[float, float]:
     """Abstention precision and recall at the thresholds (an abstention is right when the question is not answerable).
 
     `undefined` stands where a rate has nothing to count (no abstention, or no question to decline).
     """
-    abstained = [o for o in obs if declines(o, threshold, reader_threshold)]
-    should = [o for o in obs if o.kind != "answerable"]
+    declined = [declines(o, threshold, reader_threshold, refine) for o in obs]
+    abstained = [o for o, d in zip(obs, declined, strict=True) if d]
+    should = [d for o, d in zip(obs, declined, strict=True) if o.kind != "answerable"]
     precision = sum(o.kind != "answerable" for o in abstained) / len(abstained) if abstained else undefined
-    recall = sum(declines(o, threshold, reader_threshold) for o in should) / len(should) if should else undefined
+    recall = sum(should) / len(should) if should else undefined
     return precision, recall
 
 
@@ -109,17 +127,27 @@ def read_score(reranker: Reranker, question: str, ranked: Sequence[str], read_k:
 
 
 def choose_reader_threshold(
-    obs: Sequence[Observation], threshold: float, target_precision: float
+    obs: Sequence[Observation], threshold: float, target_precision: float, upper: float | None = None
 ) -> tuple[float | None, str]:
-    """`reader_threshold`, set on the questions that pass grading (the ones the reader will be asked to answer).
+    """A reader's floor, set on the questions it will be asked to answer.
 
-    None (and no objective) when the grader does not read or the passing questions lack one of the two kinds.
+    Without `upper`, `reader_threshold`: the highest floor with abstention precision >= `target_precision` among the
+    questions that pass grading (the CORRECT ones are most of them: a floor that declines little, and rightly).
+    With `upper` (crag_upper), `refine_reader_threshold`: Youden's J among the questions graded AMBIGUOUS alone.
+    There grading was unsure, so the reader's floor weighs both errors alike: a wrong answer declined against a
+    right one lost. None (and no objective) when the grader does not read or those questions lack one of the kinds.
     """
-    passing = [o for o in obs if o.span_score is not None and o.top_score >= threshold]
+    ceiling = math.inf if upper is None else upper
+    passing = [o for o in obs if o.span_score is not None and threshold <= o.top_score < ceiling]
     if not (any(o.kind == "answerable" for o in passing) and any(o.kind != "answerable" for o in passing)):
         return None, ""
-    value, objective = choose_threshold(passing, target_precision, "span_score", "reader_threshold")
-    return value, f"; {objective} (questions that pass grading, top 3 chunks read)"
+    if upper is None:
+        value, objective = choose_threshold(passing, target_precision, "span_score", "reader_threshold")
+        return value, f"; {objective} (questions that pass grading, top 3 chunks read)"
+    scores = np.asarray([float(o.span_score or 0.0) for o in passing])
+    should_abstain = np.asarray([o.kind != "answerable" for o in passing])
+    value = youden_threshold(scores, should_abstain)
+    return value, "; refine_reader_threshold: Youden's J maximum (questions graded AMBIGUOUS, top 3 chunks read)"
 
 
 def observe(
@@ -193,14 +221,23 @@ def choose_threshold(
             f"{name}: abstention precision {target_precision} unreachable at recall >= {min_recall}; the lowest "
             f"threshold declining {min_recall:.0%} of the questions to decline"
         )
+    return youden_threshold(scores, should_abstain), (
+        f"{name}: abstention precision {target_precision} unreachable; Youden's J maximum"
+    )
+
+
+def youden_threshold(scores: Any, should_abstain: Any) -> float:
+    """The observed score that, as a threshold, maximises Youden's J.
+
+    J is the share of the questions to decline that score below it minus the share of the answerable ones that do.
+    """
+    candidates = np.unique(scores)
     j = [
         (should_abstain[scores < t].sum() / max(1, should_abstain.sum()))
         - ((~should_abstain)[scores < t].sum() / max(1, (~should_abstain).sum()))
         for t in candidates
     ]
-    return float(candidates[int(np.argmax(j))]), (
-        f"{name}: abstention precision {target_precision} unreachable; Youden's J maximum"
-    )
+    return float(candidates[int(np.argmax(j))])
 
 
 MAX_CANDIDATES = 200
@@ -355,10 +392,12 @@ def calibrate(
     threshold, objective = choose_threshold(obs, target_precision)
     upper = choose_upper(obs, threshold, tolerance, min_support=max(10, len(obs) // 20))
     reader_threshold, reader_objective = choose_reader_threshold(obs, threshold, target_precision)
-    objective += reader_objective
+    refine_floor, refine_objective = choose_reader_threshold(obs, threshold, target_precision, upper)
+    objective += reader_objective + refine_objective
     passing = [o for o in obs if o.span_score is not None and o.top_score >= threshold]
     by_kind = {k: [o.top_score for o in obs if o.kind == k] for k in pool}
-    precision, recall = abstention_rates(obs, threshold, reader_threshold=reader_threshold)
+    refine = RefineFloor(upper, refine_floor)
+    precision, recall = abstention_rates(obs, threshold, reader_threshold=reader_threshold, refine=refine)
     bands = {"CORRECT": 0, "AMBIGUOUS": 0, "INCORRECT": 0}
     for o in obs:
         bands[band_of(o.top_score, threshold, upper)] += 1
@@ -382,6 +421,7 @@ def calibrate(
         reranker_threshold=round(threshold, 6),
         crag_upper=round(upper, 6),
         reader_threshold=None if reader_threshold is None else round(reader_threshold, 6),
+        refine_reader_threshold=None if refine_floor is None else round(refine_floor, 6),
         condition_factor=factor,
         data=f"{squad.name} (corpus: its {len(docs)} paragraphs; answerable, unanswerable); "
         f"off-corpus: {off_corpus.name} articles not in the corpus; {per_class} questions per class, seed {seed}",

@@ -203,29 +203,43 @@ class ExtractiveGenerator:
 
     name = "extractive"
 
-    def __init__(self, reranker: Reranker, reader_threshold: float | None = None) -> None:
+    def __init__(
+        self,
+        reranker: Reranker,
+        reader_threshold: float | None = None,
+        refine_reader_threshold: float | None = None,
+    ) -> None:
         """Read or score strips with `reranker` (the grader).
 
         Args:
             reranker: The grader; when it reads spans, they answer.
             reader_threshold: Calibrated minimum span score (calibration.json `reader_threshold`); 0 when None.
+            refine_reader_threshold: The minimum for AMBIGUOUS evidence (`refine_reader_threshold`); when None,
+                `reader_threshold`.
         """
         self.reranker = reranker
         self.reader_threshold = reader_threshold or 0.0
+        self.refine_reader_threshold = (
+            self.reader_threshold if refine_reader_threshold is None else refine_reader_threshold
+        )
 
-    def generate(self, question: str, passages: Sequence[Mapping[str, Any]], *, abstain: bool = True) -> Answer:
+    def generate(
+        self, question: str, passages: Sequence[Mapping[str, Any]], *, abstain: bool = True, ambiguous: bool = False
+    ) -> Answer:
         """The best span and its sentence (a reader), else the best strip; refined strips keep their scores.
 
         Args:
             question: The user's question.
             passages: Dicts with `text` (and `score`, `strip` for refined strips).
             abstain: False for plain RAG: answer with the best span even below `reader_threshold`.
+            ambiguous: The evidence graded AMBIGUOUS: the span must reach `refine_reader_threshold` instead.
         """
         if not passages:
             raise ValueError("no passage text to extract from")
         explain = asks_for_explanation(question)
         if is_reader(self.reranker) and not explain:
-            return self._read(question, passages, self.reader_threshold if abstain else 0.0)  # raises below it
+            floor = self.refine_reader_threshold if ambiguous else self.reader_threshold
+            return self._read(question, passages, floor if abstain else 0.0)  # raises below it
         strips = self._sentences(question, passages)
         if not strips:
             raise ValueError("no passage text to extract from")
@@ -285,11 +299,20 @@ class ExtractiveGenerator:
 
 
 def generate_answer(
-    generator: Generator, question: str, passages: Sequence[Mapping[str, Any]], *, abstain: bool = True
+    generator: Generator,
+    question: str,
+    passages: Sequence[Mapping[str, Any]],
+    *,
+    abstain: bool = True,
+    ambiguous: bool = False,
 ) -> Answer:
-    """Run `generator`; with `abstain` false (plain RAG) the extractive reader answers even below its threshold."""
-    if not abstain and isinstance(generator, ExtractiveGenerator):
-        return generator.generate(question, passages, abstain=False)
+    """Run `generator` on `passages`.
+
+    The extractive reader holds `ambiguous` evidence (AMBIGUOUS band, CRAG on) to its `refine_reader_threshold`; with
+    `abstain` false (plain RAG) it answers even below its floor.
+    """
+    if isinstance(generator, ExtractiveGenerator):
+        return generator.generate(question, passages, abstain=abstain, ambiguous=ambiguous)
     return generator.generate(question, passages)
 
 

@@ -19,7 +19,13 @@ def generate(state: State, run: Run) -> dict[str, Any]:
     try:
         if not passages:
             raise ValueError("retrieval returned no passage" if cfg.plain_rag else "no passage passed grading")
-        answer = generate_answer(run.parts.generator(), str(state["question"]), passages, abstain=not cfg.plain_rag)
+        answer = generate_answer(
+            run.parts.generator(),
+            str(state["question"]),
+            passages,
+            abstain=not cfg.plain_rag,
+            ambiguous=cfg.crag_enabled and state.get("band") == "AMBIGUOUS",  # the refine path's floor
+        )
         text = answer.text.strip()
         if not text:
             raise ValueError("the generator returned an empty answer")
