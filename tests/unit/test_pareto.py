@@ -122,18 +122,20 @@ def _write_abstention(folder: Path, config: dict[str, Any], truthfulness: float)
 
 
 def test_abstention_quality_needs_every_setting_of_the_lever(tmp_path: Path) -> None:
-    lever = LeverSetup("e", "g", 15, GraphOrder(1.0, 10, 0.84), (0.45, 0.84))
+    lever = LeverSetup("e", "g", 15, GraphOrder(1.0, 10, 0.84), (0.45, 0.84, 0.03, None))
     same = {"embedder": "e", "reranker": "g", "top_k": 15, "grade_batch": 10, "thresholds": [0.45, 0.84]}
+    same |= {"reader_thresholds": [0.03, None]}
     _write_abstention(tmp_path / "match", same, -0.15)
     _write_abstention(tmp_path / "other-batch", same | {"grade_batch": 0}, -0.5)
     _write_abstention(tmp_path / "other-thresholds", same | {"thresholds": [0.4, 0.84]}, -0.5)
+    _write_abstention(tmp_path / "other-floor", same | {"reader_thresholds": [0.03, 0.2]}, -0.5)
     _write_abstention(tmp_path / "no-embedder", {k: v for k, v in same.items() if k != "embedder"}, -0.5)
     assert pareto.abstention_quality(tmp_path, lever) == {
         pareto.TRUTHFULNESS: -0.15,
         pareto.PRECISION: 0.88,
         pareto.RIGHT: 26.0,
     }
-    assert pareto.abstention_quality(tmp_path, LeverSetup("e", "g", 10, GraphOrder(1.0, 10, 0.84), (0.45, 0.84))) == {}
+    assert pareto.abstention_quality(tmp_path, LeverSetup("e", "g", 10, lever.order, lever.thresholds)) == {}
 
 
 def test_missing_quality_names_the_commands_that_store_it(tmp_path: Path) -> None:

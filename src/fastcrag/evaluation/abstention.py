@@ -35,7 +35,7 @@ from fastcrag.grading.reranker import CachingReranker
 from fastcrag.graph.builder import build_graph
 from fastcrag.retrieval.embeddings import default_embeddings
 
-VERSION = 5  # 3: hybrid first pass and the keyword rewrite; 4: gold_score, distractors; 5: embedder, grade_batch
+VERSION = 5  # 3: hybrid first pass, keyword rewrite; 4: gold_score, distractors; 5: embedder, grade batch, floors
 
 VARIANTS = ("crag", "threshold", "plain")
 """The graph configurations compared per generator: CRAG on; CRAG off abstaining below reranker_threshold
@@ -125,6 +125,7 @@ def run(cfg: AbstentionConfig, settings: Settings) -> int:
         "distractors": cfg.distractors,
         "embedder": default_embeddings(settings.embedder).name,
         "grade_batch": settings.grade_batch,
+        "reader_thresholds": [setup.calibration.reader_threshold, setup.calibration.refine_reader_threshold],
     }
     log = ResultLog(cfg.out / "results.jsonl", config, fresh=cfg.fresh)
     jobs = [(q, g, v) for q in setup.questions for g in cfg.generators for v in cfg.variants]

@@ -115,7 +115,8 @@ class LocalGraph:
         settings, cal = self.parts.settings, self.parts.calibration()
         order = GraphOrder(cal.rerank_weight, settings.grade_batch, cal.crag_upper)
         embedder = default_embeddings(settings.embedder).name
-        return LeverSetup(embedder, self.parts.reranker().name, settings.top_k, order, cal.thresholds())
+        floors = (*cal.thresholds(), cal.reader_threshold, cal.refine_reader_threshold)
+        return LeverSetup(embedder, self.parts.reranker().name, settings.top_k, order, floors)
 
     def invoke(self, question: str, context: Any = None) -> dict[str, Any]:
         """One cold-cache run."""

@@ -49,7 +49,8 @@ class LeverSetup:
     grader: str
     top_k: int
     order: GraphOrder
-    thresholds: tuple[float, float] = (0.0, 0.0)  # (reranker_threshold, crag_upper) of the lever's calibration
+    #: reranker_threshold, crag_upper, reader_threshold, refine_reader_threshold of the lever's calibration
+    thresholds: tuple[float | None, ...] = ()
 
 
 @dataclass
@@ -137,7 +138,7 @@ def abstention_quality(root: Path, lever: LeverSetup) -> dict[str, float]:
             and c.get("embedder") == lever.embedder
             and c.get("top_k") == lever.top_k
             and c.get("grade_batch") == lever.order.batch
-            and [round(t, 6) for t in c.get("thresholds", [])] == [round(t, 6) for t in lever.thresholds]
+            and _rounded([*c.get("thresholds", []), *c.get("reader_thresholds", [])]) == _rounded(lever.thresholds)
         ):
             continue
         try:
@@ -152,6 +153,10 @@ def abstention_quality(root: Path, lever: LeverSetup) -> dict[str, float]:
                 RIGHT: float(crag["answerable"]["correct"]),
             }
     return found
+
+
+def _rounded(values: Sequence[float | None]) -> list[float | None]:
+    return [None if v is None else round(float(v), 6) for v in values]
 
 
 def grader_tables(root: Path) -> dict[str, dict[str, float]]:
