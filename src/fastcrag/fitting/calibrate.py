@@ -411,11 +411,16 @@ def calibrate(
         "median_top_score": {k: round(float(np.median(v)), 4) for k, v in by_kind.items() if v},
         "auc_by_condition_factor": {f"{f:g}": v for f, v in factors.items()},
     }
-    if passing:
-        span_by_kind = {k: [float(o.span_score or 0.0) for o in passing if o.kind == k] for k in pool}
-        metrics["auc_span_answerable_vs_unanswerable_passing"] = round(
-            auc(span_by_kind["answerable"], span_by_kind["unanswerable"]), 4
-        )
+    for key, group in (
+        ("passing", passing),
+        ("correct", [o for o in passing if o.top_score >= upper]),
+        ("ambiguous", [o for o in passing if o.top_score < upper]),
+    ):
+        span_by_kind = {k: [float(o.span_score or 0.0) for o in group if o.kind == k] for k in pool}
+        if span_by_kind["answerable"] and span_by_kind["unanswerable"]:
+            metrics[f"auc_span_answerable_vs_unanswerable_{key}"] = round(
+                auc(span_by_kind["answerable"], span_by_kind["unanswerable"]), 4
+            )
     calibration = Calibration(
         reranker_model=reranker.name,
         reranker_threshold=round(threshold, 6),
