@@ -27,8 +27,10 @@ DEFAULT_RETRIEVAL: RetrievalMode = "hybrid"
 #: Candidates graded per question, and the band-preserving early exit's batch. Chosen together with the int8 embedder
 #: in one `fastcrag bench-speed` levers run and `fastcrag eval abstention` / `eval retrieval` runs (docs/RESULTS.md):
 #: retrieval total P50 128 ms vs 194 ms for the earlier defaults (fp32, 20, all graded), truthfulness -0.150 vs
-#: -0.158, SciFact nDCG@10 0.660 vs 0.648; batches of 5 lost 0.03 truthfulness.
-TOP_K, GRADE_BATCH = 15, 10
+#: -0.158, SciFact nDCG@10 0.660 vs 0.648; batches of 5 lost 0.03 truthfulness. Then top_k 15 -> 10 with the
+#: grader-reader v3 and its AMBIGUOUS reader floor, on `bench-speed`'s table of stored quality: 142 vs 212 ms, equal
+#: truthfulness (-0.058) and precision, SciFact 0.658 vs 0.640 (docs/RESULTS.md, "The levers against stored quality").
+TOP_K, GRADE_BATCH = 10, 10
 HNSW_M, HNSW_EF_CONSTRUCTION, HNSW_BUILD_MEMORY_MB, DEFAULT_EF_SEARCH = 16, 64, 2048, 100
 
 # The per-run knobs' types and bounds, declared once: `Settings` (the environment), `Context` (a run's overrides)

@@ -72,7 +72,8 @@ def _verdict(value: float, target: float) -> str:
 
 #: The earlier defaults the levers are measured against, and each lever alone and together (settings overrides).
 BEFORE = {"embedder": "sentence-transformers", "top_k": 20, "grade_batch": 0}
-DEFAULTS = {"embedder": "onnx-int8", "grade_batch": 10, "top_k": 15}
+EARLIER = {"embedder": "onnx-int8", "grade_batch": 10, "top_k": 15}
+DEFAULTS = {"embedder": "onnx-int8", "grade_batch": 10, "top_k": 10}
 DISTILLED = "fastcrag-grader-reader-minilm-l3-distilled"
 LEVERS: dict[str, dict[str, Any]] = {
     "before: fp32 embedder, top_k 20, all graded": BEFORE,
@@ -83,8 +84,8 @@ LEVERS: dict[str, dict[str, Any]] = {
     "top_k 10": {**BEFORE, "top_k": 10},
     "int8 + early exit 10": {**BEFORE, "embedder": "onnx-int8", "grade_batch": 10},
     "int8 + early exit 5": {**BEFORE, "embedder": "onnx-int8", "grade_batch": 5},
-    "int8 + top_k 10": {**BEFORE, "embedder": "onnx-int8", "top_k": 10},
-    "int8 + early exit 10 + top_k 15 (the defaults)": DEFAULTS,
+    "int8 + early exit 10 + top_k 15 (the defaults until top_k 10)": EARLIER,
+    "int8 + top_k 10, early exit 10 (the defaults)": DEFAULTS,
     "the defaults with the distilled 3-layer grader": {**DEFAULTS, "reranker": DISTILLED},
 }
 
