@@ -13,7 +13,8 @@ Sections (each prints when it finishes; `--skip` leaves sections out):
   candidates graded at once), CRAG off, over the same questions: retrieval total P50/P95, the stages behind it, the
   share of questions whose grading stopped early, and whether each question's band matches the earlier defaults';
   then each lever's quality from stored runs (`--quality`: SciFact nDCG@10 replayed from an `eval retrieval` run,
-  the grader's SQuAD v2 measures from an `eval-grader --out` table) and the Pareto table of latency against it.
+  truthfulness from an `eval abstention` run, the grader's SQuAD v2 measures from an `eval-grader --out` table) and
+  the Pareto table of latency against it, with the commands that store what a lever lacks.
 """
 
 from __future__ import annotations

@@ -90,8 +90,9 @@ def declines(
     """
     if o.top_score < threshold:
         return True
-    floor = refine.floor if refine is not None and refine.floor is not None and o.top_score < refine.upper else None
-    floor = reader_threshold if floor is None else floor
+    floor = reader_threshold
+    if refine is not None and refine.floor is not None and o.top_score < refine.upper:
+        floor = refine.floor
     return floor is not None and o.span_score is not None and o.span_score < floor
 
 
