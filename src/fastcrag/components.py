@@ -27,7 +27,7 @@ from fastcrag.config.calibration import (
 from fastcrag.config.settings import Context, RunConfig, Settings, as_context, is_postgres_url, resolve
 from fastcrag.generation.chat import load_chat_model
 from fastcrag.generation.generators import ChatGenerator, ExtractiveGenerator, Generator
-from fastcrag.grading.reranker import Reranker, default_reranker_spec, load_reranker, own_calibration
+from fastcrag.grading.reranker import Reranker, calibration_for, default_reranker_spec, load_reranker
 from fastcrag.retrieval.embeddings import default_embeddings
 from fastcrag.retrieval.hybrid import HybridRetriever, SearchableStore
 from fastcrag.retrieval.indexing import ensure_default_index
@@ -154,12 +154,11 @@ class Components:
     def _load_calibration(self) -> Calibration:
         if isinstance(self._calibration, Calibration):
             return self._calibration
-        path = self._calibration or self.settings.calibration
+        # a grader shipped or fitted with its own thresholds brings them; an index's fit serves the default grader
+        named = self._reranker if isinstance(self._reranker, str) else self.settings.reranker
+        path = calibration_for(self._calibration or self.settings.calibration, named)
         if path is None and self._reranker is None and not self.settings.reranker and (fit := self.index_fit()):
             path = fit.calibration
-        named = self._reranker if isinstance(self._reranker, str) else self.settings.reranker
-        if path is None and named:
-            path = own_calibration(named)  # a grader shipped or fitted with its own thresholds
         return load_calibration(path, expected_model=self.reranker().name)
 
     def run_config(self, context: Any) -> RunConfig:

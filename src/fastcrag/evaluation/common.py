@@ -25,7 +25,7 @@ from fastcrag.datasets import (
 from fastcrag.evaluation.runlog import config_hash
 from fastcrag.fitting.calibrate import build_corpus_store
 from fastcrag.generation.generators import ChatGenerator
-from fastcrag.grading.reranker import Reranker, default_reranker_spec, load_reranker, own_calibration
+from fastcrag.grading.reranker import Reranker, calibration_for, default_reranker_spec, load_reranker
 from fastcrag.retrieval.embeddings import default_embeddings
 from fastcrag.retrieval.store import FORMAT_VERSION, FaissStore, IndexLoadError
 
@@ -120,9 +120,7 @@ def squad_setup(
     grader = load_reranker(settings.reranker or default_reranker_spec())
     if wrap is not None:
         grader = wrap(grader)
-    # as the graph resolves it: the named calibration, else the one a grader folder carries, else the packaged one
-    path = settings.calibration or (own_calibration(settings.reranker) if settings.reranker else None)
-    calibration = load_calibration(path, expected_model=grader.name)
+    calibration = load_calibration(calibration_for(settings.calibration, settings.reranker), expected_model=grader.name)
     exclude = calibration_sample(calibration) if exclude_calibration else None
     questions = select_questions(pools, cfg.per_class, cfg.seed, exclude)
     return SquadSetup(docs, pools, grader, calibration, exclude, questions)

@@ -19,10 +19,10 @@ from fastcrag.evaluation import report as rp
 from fastcrag.evaluation.common import DEFAULT_INDEX_CACHE, cached_corpus_store, machine_note, progress, set_threads
 from fastcrag.evaluation.runlog import ResultLog
 from fastcrag.grading.reranker import (
+    calibration_for,
     checked_scores,
     default_reranker_spec,
     load_reranker,
-    own_calibration,
     scores_until,
 )
 from fastcrag.retrieval.embeddings import default_embeddings
@@ -152,7 +152,7 @@ def graph_order(settings: Settings, grader: str) -> GraphOrder:
     Raises:
         CalibrationError: FASTRAG_CALIBRATION is unreadable or made for another grader.
     """
-    path = settings.calibration or (own_calibration(settings.reranker) if settings.reranker else None)
+    path = calibration_for(settings.calibration, settings.reranker)
     if path is not None:
         cal = load_calibration(path, expected_model=grader)
     else:

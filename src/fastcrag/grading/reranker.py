@@ -193,6 +193,16 @@ def own_calibration(spec: str) -> Path | None:
     return folder / OWN_CALIBRATION if folder is not None and (folder / OWN_CALIBRATION).is_file() else None
 
 
+def calibration_for(named: Path | None, reranker: str | None) -> Path | None:
+    """The calibration file a run reads: the one `named`, else the one the `reranker` spec's folder carries.
+
+    None means neither: the caller falls back (to an index's fit, or the packaged calibration).
+    """
+    if named is not None:
+        return named
+    return own_calibration(reranker) if reranker else None
+
+
 class CachingReranker:
     """Wraps a grader and memoises its scores, so that variants of one question share the scoring work.
 
