@@ -81,21 +81,32 @@ def _read_jsonl_header(path: Path) -> dict[str, Any] | None:
     return header if isinstance(header, dict) and header.get("type") == "header" else None
 
 
-def retrieval_runs(root: Path) -> list[RetrievalRun]:
-    """The complete `eval retrieval` runs in the folders under `root` (its summary.json says complete)."""
+def stored_runs(root: Path, command: str) -> list[tuple[Path, dict[str, Any], dict[str, Any]]]:
+    """(folder, configuration, summary) of each complete run of `command` in the folders under `root`, by name.
+
+    Complete: its summary.json says so, for the configuration its results.jsonl was written by.
+    """
     found = []
     for results in sorted(root.glob("*/results.jsonl")):
         header = _read_jsonl_header(results)
-        if header is None or header.get("config", {}).get("command") != "eval retrieval":
+        if header is None or header.get("config", {}).get("command") != command:
             continue
         try:
             summary = json.loads((results.parent / "summary.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        if not summary.get("complete") or summary.get("config_hash") != header.get("config_hash"):
-            continue
-        found.append(RetrievalRun(results.parent, header["config"]))
+        if (
+            isinstance(summary, dict)
+            and summary.get("complete")
+            and summary.get("config_hash") == header.get("config_hash")
+        ):
+            found.append((results.parent, header["config"], summary))
     return found
+
+
+def retrieval_runs(root: Path) -> list[RetrievalRun]:
+    """The complete `eval retrieval` runs in the folders under `root`."""
+    return [RetrievalRun(folder, config) for folder, config, _ in stored_runs(root, "eval retrieval")]
 
 
 def _records(run: RetrievalRun) -> list[dict[str, Any]]:
@@ -130,10 +141,9 @@ def abstention_quality(root: Path, lever: LeverSetup) -> dict[str, float]:
     They come from the newest complete `eval abstention` run under `root` made with the lever's settings.
     """
     found: dict[str, float] = {}
-    for results in sorted(root.glob("*/results.jsonl"), key=lambda p: p.stat().st_mtime):
-        header = _read_jsonl_header(results)
-        c = (header or {}).get("config", {})
-        if c.get("command") != "eval abstention" or not (
+    runs = sorted(stored_runs(root, "eval abstention"), key=lambda run: (run[0] / "results.jsonl").stat().st_mtime)
+    for _, c, summary in runs:
+        if not (
             c.get("reranker") == lever.grader
             and c.get("embedder") == lever.embedder
             and c.get("top_k") == lever.top_k
@@ -141,12 +151,8 @@ def abstention_quality(root: Path, lever: LeverSetup) -> dict[str, float]:
             and _rounded([*c.get("thresholds", []), *c.get("reader_thresholds", [])]) == _rounded(lever.thresholds)
         ):
             continue
-        try:
-            summary = json.loads((results.parent / "summary.json").read_text(encoding="utf-8"))
-            crag = summary["summaries"]["extractive / CRAG on"]
-        except (OSError, ValueError, KeyError):
-            continue
-        if summary.get("complete") and summary.get("config_hash") == (header or {}).get("config_hash"):
+        crag = summary.get("summaries", {}).get("extractive / CRAG on")
+        if crag:
             found = {
                 TRUTHFULNESS: float(crag["all"]["truthfulness"]),
                 PRECISION: float(crag["all"]["abstention_precision"]),
