@@ -158,16 +158,22 @@ def local_graph(local_parts: Any) -> Any:
 
 
 @pytest.fixture(scope="module")
-def local_failures(local_graph: Any) -> dict[str, str | None]:
-    """Each question's in-process `failure`: None when answered, else why the graph declined (the reader's floor
-    declines a question whose only evidence answers another one). A served run must decline the same ones."""
-    return {q: local_graph.invoke({"question": q})["crag"]["failure"] for q in QUESTIONS}
+def local_runs(local_graph: Any) -> dict[str, dict[str, Any]]:
+    """Each question's run in-process: what a served run of it must reproduce."""
+    return {q: local_graph.invoke({"question": q}) for q in QUESTIONS}
 
 
 @pytest.fixture(scope="module")
-def reference(local_graph: Any) -> dict[str, list[str]]:
+def reference(local_runs: dict[str, dict[str, Any]]) -> dict[str, list[str]]:
     """Each question's cited chunk ids, in-process."""
-    return {q: [c["chunk_id"] for c in local_graph.invoke({"question": q})["citations"]] for q in QUESTIONS}
+    return {q: chunk_ids(out) for q, out in local_runs.items()}
+
+
+@pytest.fixture(scope="module")
+def local_failures(local_runs: dict[str, dict[str, Any]]) -> dict[str, str | None]:
+    """Each question's in-process `failure`: None when answered, else why the graph declined (the reader's floor
+    declines a question whose only evidence answers another one). A served run must decline the same ones."""
+    return {q: out["crag"]["failure"] for q, out in local_runs.items()}
 
 
 def chunk_ids(out: dict[str, Any]) -> list[str]:
