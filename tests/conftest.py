@@ -6,11 +6,14 @@ from pathlib import Path
 
 import pytest
 
+from fastcrag.config import settings
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).parent))
 
-SHARED_DATA = (Path(__file__).resolve().parents[1] / ".." / "shared" / "data").resolve()
+#: The shared data folder, as the package names it relative to the repository root.
+SHARED_DATA = (Path(__file__).resolve().parents[1] / settings.SHARED_DATA).resolve()
 
 
 @pytest.fixture(scope="session")

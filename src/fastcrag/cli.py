@@ -1,4 +1,4 @@
-"""Command line: index, ask, calibrate, reliability, and the grader and evaluation commands."""
+"""Command line: index, ask, fit, eval and serve."""
 
 from __future__ import annotations
 
@@ -141,46 +141,6 @@ def cmd_ask(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_calibrate(args: argparse.Namespace) -> int:
-    """Derive the thresholds from labelled questions."""
-    from fastcrag.config.calibration import PACKAGED_CALIBRATION
-    from fastcrag.fitting.calibrate import calibrate
-    from fastcrag.grading.reranker import default_reranker_spec, load_reranker
-
-    settings = _settings(args)
-    for p in (args.squad, args.off_corpus):
-        if not Path(p).exists():
-            raise UserError(f"no such file or folder: {p}")
-    reranker = load_reranker(settings.reranker or default_reranker_spec())
-    out = Path(args.out) if args.out else PACKAGED_CALIBRATION
-    cal = calibrate(
-        Path(args.squad),
-        Path(args.off_corpus),
-        reranker,
-        out,
-        per_class=args.per_class,
-        seed=args.seed,
-        target_precision=args.target_precision,
-        tolerance=args.tolerance,
-        chunk_tokens=settings.chunk_tokens,
-        chunk_overlap=settings.chunk_overlap,
-    )
-    print(
-        f"{out}: reranker_threshold={cal.reranker_threshold} crag_upper={cal.crag_upper} "
-        f"({cal.reranker_model})\n{json.dumps(cal.metrics, indent=2)}"
-    )
-    return 0
-
-
-def cmd_reliability(args: argparse.Namespace) -> int:
-    """Print the reliability report; non-zero exit when anything failed."""
-    from fastcrag.evaluation.reliability import run_report
-
-    report = run_report(args.runs, args.clients, args.memory_runs, args.kills, args.seed, args.server)
-    print(report.render())
-    return 1 if report.failures else 0
-
-
 def parser() -> argparse.ArgumentParser:
     """The argument parser."""
     p = argparse.ArgumentParser(prog="fastcrag", description=__doc__)
@@ -205,42 +165,12 @@ def parser() -> argparse.ArgumentParser:
     ask.add_argument("--json", action="store_true", help="print one JSON object")
     ask.set_defaults(func=cmd_ask)
 
-    cal = sub.add_parser("calibrate", help="derive reranker_threshold and crag_upper from SQuAD v2 questions")
-    cal.add_argument("--squad", default="../shared/data/squad2-dev", help="SQuAD v2 JSON file or folder")
-    cal.add_argument(
-        "--off-corpus",
-        default="../shared/data/train/squad11-train",
-        help="SQuAD JSON whose articles are not in the corpus",
-    )
-    cal.add_argument("--reranker", help="reranker to calibrate (default: FASTRAG_RERANKER, else packaged)")
-    cal.add_argument("--out", help="calibration.json to write (default: the packaged one)")
-    cal.add_argument("--per-class", type=int, default=200, help="questions per class")
-    cal.add_argument("--seed", type=int, default=13)
-    cal.add_argument("--target-precision", type=float, default=0.9, help="abstention precision to reach")
-    cal.add_argument("--tolerance", type=float, default=0.1, help="share of refinements allowed to matter")
-    cal.set_defaults(func=cmd_calibrate)
-
-    rel = sub.add_parser("reliability", help="inject faults, bad input, load and kills; print the report")
-    rel.add_argument("--runs", type=int, default=50, help="runs under load")
-    rel.add_argument("--clients", type=int, default=10, help="concurrent clients")
-    rel.add_argument("--memory-runs", type=int, default=200, help="sequential runs for the RSS check")
-    rel.add_argument("--kills", type=int, default=4, help="index builds killed with SIGKILL")
-    rel.add_argument("--seed", type=int, default=7)
-    rel.add_argument("--server", help="run the load against this LangGraph server URL instead of in-process")
-    rel.set_defaults(func=cmd_reliability)
-
-    from fastcrag.evaluation.bench_speed import add_commands as add_bench_speed
-    from fastcrag.evaluation.bench_store import add_commands as add_bench_store
     from fastcrag.evaluation.cli import add_commands as add_evaluation
     from fastcrag.fitting.cli import add_commands as add_fitting
     from fastcrag.server.cli import add_commands as add_server
-    from fastcrag.training.cli import add_commands as add_training
 
-    add_training(sub)
     add_fitting(sub)
     add_evaluation(sub)
-    add_bench_store(sub)
-    add_bench_speed(sub)
     add_server(sub)
     return p
 

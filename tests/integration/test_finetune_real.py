@@ -12,11 +12,14 @@ import pytest
 
 from fastcrag.grading.onnx_grader import OnnxCrossEncoderReranker
 from fastcrag.grading.reranker import PACKAGED_GRADER
-from fastcrag.training.data import Pair
+from fastcrag.fitting.mix import Pair
+
+from conftest import SHARED_DATA
 
 pytestmark = pytest.mark.integration
 
-DATA_ROOT = Path(__file__).resolve().parents[3] / "shared" / "data"
+DATA_ROOT = SHARED_DATA
+ROOT = Path(__file__).resolve().parents[2]
 FACTS = [
     ("Who designed the Eiffel Tower?", "The Eiffel Tower was designed by the company of Gustave Eiffel."),
     ("What do plants release in photosynthesis?", "Photosynthesis releases oxygen as a by-product."),
@@ -40,7 +43,7 @@ def _torch_scores(folder: Path) -> np.ndarray:
     import torch
     from transformers import AutoTokenizer
 
-    from fastcrag.training.network import load_network
+    from fastcrag.fitting.network import load_network
 
     model, tok = load_network(folder).eval(), AutoTokenizer.from_pretrained(str(folder))
     enc = tok([q for q, _ in PAIRS], [p for _, p in PAIRS], padding=True, truncation=True, return_tensors="pt")
@@ -50,11 +53,12 @@ def _torch_scores(folder: Path) -> np.ndarray:
 
 
 def test_unpacked_grader_scores_like_the_shipped_onnx_and_re_exports_to_it(tmp_path: Path) -> None:
-    from fastcrag.training.train import export_grader
+    from fastcrag.fitting.export import export_grader
 
     out = tmp_path / "grader-torch"
     run = subprocess.run(
-        [sys.executable, "-m", "fastcrag.cli", "unpack-grader", "--out", str(out)],
+        [sys.executable, "-m", "lab", "unpack-grader", "--out", str(out)],
+        cwd=ROOT,  # the lab is a folder of the repository, not an installed package
         capture_output=True,
         text=True,
         timeout=900,
@@ -80,7 +84,7 @@ def test_unpacked_grader_scores_like_the_shipped_onnx_and_re_exports_to_it(tmp_p
 @pytest.mark.skipif(not (DATA_ROOT / "train" / "squad11-train").is_dir(), reason="no shared training data")
 def test_fine_tune_the_packaged_grader_with_a_replay(tmp_path: Path) -> None:
     from fastcrag.grading.reranker import load_reranker
-    from fastcrag.training.finetune import REPLAY_FAMILIES, fine_tune
+    from fastcrag.fitting.finetune import REPLAY_FAMILIES, fine_tune
 
     pairs = [
         Pair(q, p, 1.0 if i == j else 0.0, "user", f"g{i}")

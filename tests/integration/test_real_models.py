@@ -15,7 +15,6 @@ import pytest
 from fastcrag import build_graph
 from fastcrag.config.settings import Context, Settings
 
-from conftest import SHARED_DATA
 
 pytestmark = pytest.mark.integration
 
@@ -132,28 +131,3 @@ def test_llamacpp_rewrite_is_schema_valid() -> None:
     generator = ChatGenerator(load_chat_model("llamacpp:SmolLM2-135M-Instruct"))
     query = generator.rewrite("what is gil in cpython")
     assert isinstance(query, str) and query.strip()
-
-
-@pytest.mark.skipif(not (SHARED_DATA / "squad2-dev").exists(), reason="shared evaluation data not present")
-def test_calibrate_writes_a_valid_file(tmp_path: Path) -> None:
-    out = tmp_path / "calibration.json"
-    result = fastcrag(
-        "calibrate",
-        "--squad",
-        str(SHARED_DATA / "squad2-dev"),
-        "--off-corpus",
-        str(SHARED_DATA / "train" / "squad11-train"),
-        "--per-class",
-        "8",
-        "--out",
-        str(out),
-    )
-    assert result.returncode == 0, result.stderr
-    from fastcrag.config.calibration import load_calibration
-
-    cal = load_calibration(out)
-    assert cal.metrics["questions"] == {"answerable": 8, "unanswerable": 8, "off_corpus": 8}
-    curve = cal.metrics["auc_by_condition_factor"]  # every answerable question naming a year, ordinal, quarter or month
-    assert list(curve) == ["1", "0.75", "0.5", "0.25", "0"]
-    assert curve[f"{cal.condition_factor:g}"] == max(curve.values())
-    assert "condition changed" in cal.objective

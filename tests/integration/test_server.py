@@ -347,7 +347,7 @@ def test_runs_wait_latency_against_in_process(server: Server, capsys: pytest.Cap
 
 
 def test_fifty_runs_from_ten_clients(server: Server, capsys: pytest.CaptureFixture[str]) -> None:
-    from fastcrag.evaluation.reliability import Report, load, server_invoker
+    from lab.benchmarks.reliability import Report, load, server_invoker
 
     result = Report()
     load(result, server_invoker(server.url), runs=50, clients=10, target=server.url)

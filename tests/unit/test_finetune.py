@@ -12,8 +12,8 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from fastcrag.training.data import Pair  # noqa: E402
-from fastcrag.training.network import has_reader, load_network  # noqa: E402
+from fastcrag.fitting.mix import Pair  # noqa: E402
+from fastcrag.fitting.network import has_reader, load_network  # noqa: E402
 
 TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
 FACTS = [
@@ -52,7 +52,7 @@ def tiny_classifier(folder: Path, seed: int = 0) -> Path:
 
 def tiny_reader(folder: Path, seed: int = 0) -> Path:
     """A randomly initialised tiny grader-reader (encoder + relevance and span heads) with a grade fusion."""
-    from fastcrag.training.model import build_model, save_model
+    from fastcrag.fitting.model import build_model, save_model
 
     torch.manual_seed(seed)
     encoder_dir = folder.parent / f"{folder.name}-encoder"
@@ -65,7 +65,7 @@ def tiny_reader(folder: Path, seed: int = 0) -> Path:
 
 def onnx_grader(model_dir: Path, dest: Path, name: str) -> Path:
     """Export as the packaged grader is exported (int8), keeping the tiny config beside it for the rebuild."""
-    from fastcrag.training.train import export_grader
+    from fastcrag.fitting.export import export_grader
 
     export_grader(model_dir, dest, name=name)
     shutil.copyfile(model_dir / "config.json", dest / "config.json")
@@ -86,7 +86,7 @@ def _pairs() -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize("kind", ["classifier", "reader"])
 def test_rebuilt_weights_match_the_source_within_quantisation(tmp_path: Path, kind: str) -> None:
-    from fastcrag.training.weights import read_onnx_weights, trainable_grader
+    from fastcrag.fitting.weights import read_onnx_weights, trainable_grader
 
     src = (tiny_classifier if kind == "classifier" else tiny_reader)(tmp_path / "src")
     grader = onnx_grader(src, tmp_path / "grader", f"tiny-{kind}")
@@ -113,7 +113,7 @@ def test_rebuilt_weights_match_the_source_within_quantisation(tmp_path: Path, ki
 
 
 def test_rebuild_refuses_a_graph_that_does_not_fit(tmp_path: Path) -> None:
-    from fastcrag.training.weights import WeightsError, trainable_grader
+    from fastcrag.fitting.weights import WeightsError, trainable_grader
 
     grader = onnx_grader(tiny_classifier(tmp_path / "src"), tmp_path / "grader", "tiny")
     config = json.loads((grader / "config.json").read_text())
@@ -142,8 +142,8 @@ def _user_pairs() -> list[Pair]:
 
 def test_fine_tune_runs_checkpoints_resumes_and_exports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from fastcrag.grading.reranker import load_reranker
-    from fastcrag.training import train
-    from fastcrag.training.finetune import fine_tune
+    from lab.training import train
+    from fastcrag.fitting.finetune import fine_tune
 
     grader = onnx_grader(tiny_classifier(tmp_path / "src"), tmp_path / "tiny-grader", "tiny-grader")
     pairs = _user_pairs()
@@ -185,7 +185,7 @@ def test_fine_tune_runs_checkpoints_resumes_and_exports(tmp_path: Path, monkeypa
 
 
 def test_fine_tune_keeps_the_reader_head(tmp_path: Path) -> None:
-    from fastcrag.training.finetune import fine_tune
+    from fastcrag.fitting.finetune import fine_tune
 
     base = tiny_reader(tmp_path / "reader")
     result = fine_tune(
@@ -205,7 +205,7 @@ def test_fine_tune_keeps_the_reader_head(tmp_path: Path) -> None:
 
 
 def test_fine_tune_rejects_bad_input(tmp_path: Path) -> None:
-    from fastcrag.training.finetune import fine_tune
+    from fastcrag.fitting.finetune import fine_tune
 
     with pytest.raises(ValueError, match="at least one"):
         fine_tune(tmp_path, [], tmp_path / "run", minutes=1)

@@ -13,7 +13,7 @@ SRC = Path(fastcrag.__file__).resolve().parent
 LAYERS: list[set[str]] = [
     {"config", "cache", "fileio", "modelmeta", "metrics", "ortsession"},
     {"retrieval", "grading", "generation", "datasets"},
-    {"components", "training"},
+    {"components"},
     {"graph", "nodes"},
     {"fitting", "evaluation", "server", "web"},
     {"cli", "agents", "__init__"},
@@ -115,18 +115,41 @@ import json
 import fastcrag.metrics
 from fastcrag.config.settings import Settings
 from fastcrag.evaluation import launch, report
-from . import train
+from . import train_loop
 
 def command():
     from fastcrag.graph.builder import build_graph
     from ..fitting import calibrate
 """
-    assert imports_of(source, "fastcrag.training") == {
+    assert imports_of(source, "fastcrag.fitting") == {
         "fastcrag.metrics",
         "fastcrag.config.settings",
         "fastcrag.evaluation.launch",
         "fastcrag.evaluation.report",
-        "fastcrag.training.train",
+        "fastcrag.fitting.train_loop",
         "fastcrag.graph.builder",
         "fastcrag.fitting.calibrate",
     }
+
+
+def lab_imports(path: Path) -> set[str]:
+    """Every import of the lab (`lab`, `lab.*`) in the source file `path`, at the top or in functions."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module)
+    return {m for m in found if m == "lab" or m.startswith("lab.")}
+
+
+def test_the_package_never_imports_the_lab() -> None:
+    found = {str(path.relative_to(SRC)): lab_imports(path) for path in sorted(SRC.rglob("*.py"))}
+    assert not {name: mods for name, mods in found.items() if mods}, "the installed package imports the lab"
+
+
+
+def test_the_lab_check_sees_every_kind_of_import(tmp_path: Path) -> None:
+    source = tmp_path / "module.py"
+    source.write_text("import lab\nimport labels\n\ndef f():\n    from lab.cli import main\n    from .lab import x\n")
+    assert lab_imports(source) == {"lab", "lab.cli"}

@@ -10,7 +10,7 @@ import pytest
 
 from fastcrag.generation.generators import ExtractiveGenerator, answer_with_sentence, generate_answer
 from fastcrag.grading.reader import Span, best_span, is_reader, span_margins
-from fastcrag.training.model import find_answer, span_targets
+from fastcrag.fitting.model import find_answer, span_targets
 
 from fakes import ScriptedReranker
 
@@ -134,8 +134,8 @@ def test_encoded_pool_is_reused_verbatim(tmp_path: Path) -> None:
     from transformers import AutoTokenizer
 
     from fastcrag.retrieval.embeddings import packaged_minilm_path
-    from fastcrag.training.data import Pair
-    from fastcrag.training.train import _encoded_pool
+    from fastcrag.fitting.mix import Pair
+    from fastcrag.fitting.train_loop import _encoded_pool
 
     tok = AutoTokenizer.from_pretrained(str(packaged_minilm_path()), local_files_only=True)
     pairs = [

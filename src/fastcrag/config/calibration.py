@@ -88,13 +88,13 @@ def load_calibration(path: Path | None = None, expected_model: str | None = None
         raw = json.loads(path.read_text(encoding="utf-8"), parse_constant=_reject_constant)
         calibration = Calibration.model_validate(raw)
     except FileNotFoundError:
-        raise CalibrationError(f"calibration file not found: {path} (run `fastcrag calibrate`)") from None
+        raise CalibrationError(f"calibration file not found: {path} (run `fastcrag fit`)") from None
     except (OSError, ValueError, ValidationError) as exc:
         raise CalibrationError(f"invalid calibration file {path}: {exc}") from None
     if expected_model is not None and calibration.reranker_model != expected_model:
         raise CalibrationError(
             f"calibration file {path} was made for reranker {calibration.reranker_model!r}, "
-            f"but the loaded reranker is {expected_model!r}; run `fastcrag calibrate` for it"
+            f"but the loaded reranker is {expected_model!r}; run `fastcrag fit` for it"
         )
     return calibration
 

@@ -12,6 +12,9 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic.dataclasses import dataclass
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+#: The shared data folder (SQuAD, BEIR sets and the packaged grader's training mix), relative to the repository
+#: root: the default of every command that reads it, run from the repository root.
+SHARED_DATA = Path("../shared/data")
 #: The offline chat model (SmolLM2-135M-Instruct, GGUF, through llama-cpp-python).
 SMOLLM2_LLM = "llamacpp:SmolLM2-135M-Instruct"
 #: The default generator: the one with the higher truthfulness in `fastcrag eval abstention` (docs/RESULTS.md):
@@ -22,10 +25,10 @@ RetrievalMode = Literal["hybrid", "dense", "lexical"]
 DEFAULT_RETRIEVAL: RetrievalMode = "hybrid"
 #: pgvector HNSW: graph degree and build breadth (pgvector's own defaults), the most `maintenance_work_mem` an index
 #: build takes (past it the build goes to disk), and the search breadth `FASTRAG_EF_SEARCH` defaults to.
-#: `fastcrag bench-store` at 100k MiniLM-shaped vectors measured recall@10 0.87 at ef_search 40 (pgvector's
+#: `python -m lab bench-store` at 100k MiniLM-shaped vectors measured recall@10 0.87 at ef_search 40 (pgvector's
 #: default), 0.95 at 100 and 0.98 at 200; at 1M, 0.84 at 100 and 0.95 at 400 (docs/RESULTS.md, docs/DEPLOY.md).
 #: Candidates graded per question, and the band-preserving early exit's batch. Chosen together with the int8 embedder
-#: in one `fastcrag bench-speed` levers run and `fastcrag eval abstention` / `eval retrieval` runs (docs/RESULTS.md):
+#: in one `python -m lab bench-speed` levers run and `fastcrag eval abstention` / `eval retrieval` runs (docs/RESULTS.md):
 #: retrieval total P50 128 ms vs 194 ms for the earlier defaults (fp32, 20, all graded), truthfulness -0.150 vs
 #: -0.158, SciFact nDCG@10 0.660 vs 0.648; batches of 5 lost 0.03 truthfulness. Then top_k 15 -> 10 with the
 #: grader-reader v3 and its AMBIGUOUS reader floor, on `bench-speed`'s table of stored quality: 142 vs 212 ms, equal

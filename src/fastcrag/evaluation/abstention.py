@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from fastcrag.components import Components
-from fastcrag.config.settings import SMOLLM2_LLM, Context, Settings
+from fastcrag.config.settings import SHARED_DATA, SMOLLM2_LLM, Context, Settings
 from fastcrag.datasets import distractor_documents, read_squad
 from fastcrag.evaluation import report as rp
 from fastcrag.evaluation.common import (
@@ -47,8 +47,8 @@ VARIANT_LABELS = {"crag": "CRAG on", "threshold": "threshold only", "plain": "pl
 class AbstentionConfig:
     """Options of one abstention run."""
 
-    squad: Path = Path("../shared/data/squad2-dev")
-    off_corpus: Path = Path("../shared/data/train/squad11-train")
+    squad: Path = SHARED_DATA / "squad2-dev"
+    off_corpus: Path = SHARED_DATA / "train" / "squad11-train"
     per_class: int = 40
     seed: int = 2026
     generators: list[str] = field(default_factory=lambda: ["extractive", SMOLLM2_LLM])

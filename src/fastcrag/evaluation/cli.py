@@ -1,17 +1,18 @@
-"""Subcommands `eval abstention|retrieval|results`, `bench` and `bench-embedder` of the `fastcrag` command line."""
+"""Subcommands `eval abstention|retrieval|results` of the `fastcrag` command line."""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from fastcrag.config.settings import SMOLLM2_LLM, Settings
+from fastcrag.config.settings import SHARED_DATA, SMOLLM2_LLM, Settings
 from fastcrag.evaluation.results import write_results
 
-DATA = "../shared/data"
+DATA = str(SHARED_DATA)
 
 
 def _settings(args: argparse.Namespace) -> Any:
@@ -27,6 +28,13 @@ def _offline() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _check_extra() -> None:
+    """Fail in one line, before any work, when the `eval` extra (ir-measures, matplotlib) is not installed."""
+    missing = [m for m in ("ir_measures", "matplotlib") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ValueError(f"`fastcrag eval` needs {' and '.join(missing)}: pip install 'fastcrag[eval]'")
 
 
 def _check_paths(*paths: Path) -> None:
@@ -54,6 +62,7 @@ def cmd_abstention(args: argparse.Namespace) -> int:
     from fastcrag.evaluation.abstention import AbstentionConfig, run  # the command loads its stack when run
 
     _offline()
+    _check_extra()
     cfg = AbstentionConfig(
         squad=Path(args.squad),
         off_corpus=Path(args.off_corpus),
@@ -82,6 +91,7 @@ def cmd_retrieval(args: argparse.Namespace) -> int:
     from fastcrag.evaluation.retrieval import RetrievalConfig, run  # the command loads its stack when run
 
     _offline()
+    _check_extra()
     cfg = RetrievalConfig(
         beir=Path(args.beir),
         split=args.split,
@@ -99,44 +109,11 @@ def cmd_retrieval(args: argparse.Namespace) -> int:
     return code
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    """Run `fastcrag bench`."""
-    from fastcrag.evaluation.bench import BenchConfig, run  # the command loads its stack when run
-
-    _offline()
-    cfg = BenchConfig(
-        squad=Path(args.squad),
-        off_corpus=Path(args.off_corpus),
-        per_class=args.per_class,
-        seed=args.seed,
-        llm=args.llm,
-        judge_questions=args.judge_questions,
-        warmup=args.warmup,
-        budget_ms=args.budget_ms,
-        out=Path(args.out),
-        fresh=args.fresh,
-        threads=args.threads,
-    )
-    _check_paths(cfg.squad, cfg.off_corpus)
-    code = run(cfg, _settings(args))
-    print((cfg.out / "report.md").read_text(encoding="utf-8"))
-    return code
-
-
-def cmd_bench_embedder(args: argparse.Namespace) -> int:
-    """Run `fastcrag bench-embedder`."""
-    from fastcrag.evaluation.bench_embedder import embedder_benchmark  # the command loads its stack when run
-
-    beir = Path(args.beir) if args.beir else None
-    embedder_benchmark(beir=beir, rounds=args.rounds, chunks=args.chunks, threads=args.threads)
-    return 0
-
-
 DEFAULT_COMMANDS = [
     "export HF_HUB_OFFLINE=1",
     "fastcrag eval abstention     # -> runs/eval-abstention/",
     "fastcrag eval retrieval      # -> runs/eval-retrieval/",
-    "fastcrag bench               # -> runs/bench/",
+    "python -m lab bench          # -> runs/bench/",
     "fastcrag eval results        # -> docs/RESULTS.md",
 ]
 
@@ -163,7 +140,7 @@ def _common(p: argparse.ArgumentParser, out: str) -> None:
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Add `eval` (with `abstention` and `retrieval`), `bench` and `bench-embedder` to the `fastcrag` parser."""
+    """Add `eval` (with `abstention`, `retrieval` and `results`) to the `fastcrag` parser."""
     ev = subparsers.add_parser("eval", help="evaluate CRAG against plain RAG on shared data")
     ev_sub = ev.add_subparsers(dest="eval_command", required=True)
 
@@ -224,30 +201,6 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     rs.add_argument("--out", default="docs/RESULTS.md", help="page to write (default: docs/RESULTS.md)")
     rs.add_argument("--preface", help="Markdown file whose text opens the page (e.g. a summary)")
     rs.set_defaults(func=cmd_results)
-
-    be = subparsers.add_parser("bench", help="stage latency P50/P95/P100, CRAG on vs off, and LLM-judge cost")
-    be.add_argument("--squad", default=f"{DATA}/squad2-dev", help="SQuAD v2 JSON file or folder (the corpus)")
-    be.add_argument("--off-corpus", default=f"{DATA}/train/squad11-train", help="off-corpus SQuAD JSON")
-    be.add_argument("--per-class", type=int, default=20, help="questions per class (default: 20)")
-    be.add_argument("--seed", type=int, default=7)
-    be.add_argument("--llm", default=SMOLLM2_LLM, help=f"generator and judge model (default: {SMOLLM2_LLM})")
-    be.add_argument(
-        "--judge-questions",
-        type=int,
-        default=3,
-        help="questions whose candidates the LLM judge grades, one call per chunk (default: 3)",
-    )
-    be.add_argument("--warmup", type=int, default=3, help="untimed warm-up questions (default: 3)")
-    be.add_argument("--budget-ms", type=float, default=200.0, help="retrieval latency budget (default: 200)")
-    _common(be, "runs/bench")
-    be.set_defaults(func=cmd_bench)
-
-    em = subparsers.add_parser("bench-embedder", help="int8 ONNX vs fp32 embedder: speed, fidelity, SciFact nDCG")
-    em.add_argument("--beir", default=f"{DATA}/scifact", help="SciFact BEIR folder ('' to skip)")
-    em.add_argument("--rounds", type=int, default=3, help="interleaved throughput rounds")
-    em.add_argument("--chunks", type=int, default=0, help="chunks per round (0: the whole embedded corpus)")
-    em.add_argument("--threads", type=int, default=2)
-    em.set_defaults(func=cmd_bench_embedder)
 
 
 def main(argv: list[str] | None = None) -> int:

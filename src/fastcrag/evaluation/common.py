@@ -38,7 +38,7 @@ def question_id(q: LabelledQuestion) -> str:
 
 
 def calibration_sample(calibration: Calibration) -> tuple[int, int] | None:
-    """(per_class, seed) of the questions `fastcrag calibrate` used, read from the calibration's notes."""
+    """(per_class, seed) of the questions `python -m lab calibrate` used, read from the calibration's notes."""
     m = _CALIBRATION_SAMPLE.search(calibration.data or "")
     return (int(m.group(1)), int(m.group(2))) if m else None
 
@@ -52,7 +52,7 @@ def select_questions(
     """A seeded sample of `per_class` questions of each class, interleaved by class.
 
     Args:
-        pools: Questions by class, in the order `fastcrag calibrate` samples them.
+        pools: Questions by class, in the order `python -m lab calibrate` samples them.
         per_class: Questions per class.
         seed: Sampling seed (class i uses seed + i).
         exclude: (per_class, seed) of the calibration sample; those questions are left out (held-out eval).

@@ -1,6 +1,6 @@
 """Start a served `crag` graph as a subprocess on a free loopback port, wait until it answers, stop it.
 
-Used by `fastcrag bench-speed` (served vs in-process latency, cold start) and by the integration tests, for both
+Used by `python -m lab bench-speed` (served vs in-process latency, cold start) and by the integration tests, for both
 servers: `fastcrag serve` (ready once every worker has logged that it is) and `langgraph dev` (ready once `/ok`
 answers; run in a folder holding `langgraph.json`).
 """

@@ -10,10 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import ir_measures
-
 from fastcrag.config.calibration import CalibrationError, load_calibration
-from fastcrag.config.settings import Settings
+from fastcrag.config.settings import SHARED_DATA, Settings
 from fastcrag.datasets import read_qrels, read_queries
 from fastcrag.evaluation import report as rp
 from fastcrag.evaluation.common import DEFAULT_INDEX_CACHE, cached_corpus_store, machine_note, progress, set_threads
@@ -40,7 +38,7 @@ LABELS = {"dense": "dense ({embedder})", "lexical": "lexical (BM25)", "hybrid": 
 class RetrievalConfig:
     """Options of one retrieval run."""
 
-    beir: Path = Path("../shared/data/scifact")
+    beir: Path = SHARED_DATA / "scifact"
     split: str = "test"
     queries: int = 0
     seed: int = 2026
@@ -170,6 +168,8 @@ def _hits(found: list[tuple[Any, float]]) -> list[tuple[str, str, float]]:
 
 def evaluate(qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
     """nDCG@10, R@10 and R@100 with ir-measures (pytrec_eval underneath), over the queries in `run`."""
+    import ir_measures  # the `eval` extra: checked by `fastcrag eval` before it runs
+
     measures = [ir_measures.parse_measure(m) for m in MEASURES]
     sub = {q: dict(qrels[q]) for q in run}
     result = ir_measures.calc_aggregate(measures, sub, {q: dict(r) for q, r in run.items()})

@@ -5,9 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fastcrag.config.settings import Settings
-
-DEFAULT_DATA_ROOT = Path("../shared/data")
+from fastcrag.config.settings import SHARED_DATA, Settings
 
 
 def _fit(args: argparse.Namespace) -> int:
@@ -15,7 +13,7 @@ def _fit(args: argparse.Namespace) -> int:
     from fastcrag.fitting.fit import FitOptions, fit
     from fastcrag.fitting.measure import MIN_RECALL
 
-    data_root = Path(args.data_root) if args.data_root else DEFAULT_DATA_ROOT
+    data_root = Path(args.data_root) if args.data_root else SHARED_DATA
     opts = FitOptions(
         questions=Path(args.questions),
         out=Path(args.out),
@@ -79,7 +77,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     f.add_argument("--held-out", type=float, default=0.3, help="share of questions held out (by source; 0.3)")
     f.add_argument("--seed", type=int, default=13)
     f.add_argument("--install", action="store_true", help="store the fit with the index (FAISS folder)")
-    f.add_argument("--data-root", help="the packaged training mix, replayed while fine-tuning (../shared/data)")
+    f.add_argument("--data-root", help=f"the packaged training mix, replayed while fine-tuning ({SHARED_DATA})")
     f.add_argument(
         "--replay-exclude",
         nargs="+",

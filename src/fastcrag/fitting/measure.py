@@ -29,7 +29,7 @@ from fastcrag.grading.reranker import Reranker, checked_scores
 from fastcrag.retrieval.hybrid import fused_order
 
 REFINE_K = 6
-"""Chunks split into strips to place `crag_upper` (as `fastcrag calibrate` does)."""
+"""Chunks split into strips to place `crag_upper` (as `python -m lab calibrate` does)."""
 TOLERANCE = 0.1
 """`crag_upper`: the lowest score above which refinement moves the best evidence for at most this share."""
 WEIGHTS = tuple(i / 10 for i in range(11))
@@ -180,7 +180,7 @@ def calibrate_on(obs: Sequence[Observation], precision: float, min_recall: float
 
     `reranker_threshold` at the abstention precision (counted only where it declines `min_recall` of the questions to
     decline; else the lowest threshold that does) and, for a grader that reads, `reader_threshold` drawn together with
-    it (`choose_pair`: the graph declines below either); `crag_upper` by the rule `fastcrag calibrate` uses.
+    it (`choose_pair`: the graph declines below either); `crag_upper` by the rule `python -m lab calibrate` uses.
     """
     reader: float | None = None
     if any(o.span_score is not None for o in obs):

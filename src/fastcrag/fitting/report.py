@@ -98,10 +98,20 @@ def write_report(
     cal: Calibration,
     notes: Sequence[str],
 ) -> None:
-    """Write report.md, scores.png and threshold.png into `folder`."""
+    """Write report.md, scores.png and threshold.png into `folder` (the plots need matplotlib: `fastcrag[eval]`)."""
     curve: dict[str, float] = cal.metrics.get("ndcg@10_by_rerank_weight", {})
     factors: dict[str, float] = cal.metrics.get("auc_by_condition_factor", {})
-    _plots(folder, base, fitted, cal)
+    try:
+        _plots(folder, base, fitted, cal)
+        plots = [
+            "![score distributions](scores.png)",
+            "",
+            "![abstention precision and recall against the threshold](threshold.png)",
+        ]
+    except ModuleNotFoundError as exc:  # plotting is an extra: the fit itself needs none of it
+        if exc.name != "matplotlib":
+            raise
+        plots = ["No plots: matplotlib is not installed (`pip install 'fastcrag[eval]'` draws them)."]
     lines = [
         "# fastcrag fit report",
         "",
@@ -144,9 +154,7 @@ def write_report(
         "",
         *(f"- {n}" for n in notes),
         "",
-        "![score distributions](scores.png)",
-        "",
-        "![abstention precision and recall against the threshold](threshold.png)",
+        *plots,
         "",
     ]
     (folder / "report.md").write_text("\n".join(lines), encoding="utf-8")

@@ -1,0 +1,177 @@
+"""The lab's command line (`python -m lab COMMAND`, from the repository root): calibration, benchmarks, training.
+
+The installed package is what a user runs (`fastcrag index|ask|fit|eval|serve`); these commands rebuild and measure
+what it ships: the packaged calibration, the grader and embedder, and the benchmarks behind docs/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from fastcrag.cli import UserError, _settings
+from fastcrag.config.settings import SHARED_DATA, SMOLLM2_LLM
+from fastcrag.evaluation.cli import DATA, _check_paths, _common, _offline
+from fastcrag.evaluation.cli import _settings as _eval_settings
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    """Derive the thresholds from labelled questions."""
+    from fastcrag.config.calibration import PACKAGED_CALIBRATION
+    from fastcrag.fitting.calibrate import calibrate
+    from fastcrag.grading.reranker import default_reranker_spec, load_reranker
+
+    settings = _settings(args)
+    for p in (args.squad, args.off_corpus):
+        if not Path(p).exists():
+            raise UserError(f"no such file or folder: {p}")
+    reranker = load_reranker(settings.reranker or default_reranker_spec())
+    out = Path(args.out) if args.out else PACKAGED_CALIBRATION
+    cal = calibrate(
+        Path(args.squad),
+        Path(args.off_corpus),
+        reranker,
+        out,
+        per_class=args.per_class,
+        seed=args.seed,
+        target_precision=args.target_precision,
+        tolerance=args.tolerance,
+        chunk_tokens=settings.chunk_tokens,
+        chunk_overlap=settings.chunk_overlap,
+    )
+    print(
+        f"{out}: reranker_threshold={cal.reranker_threshold} crag_upper={cal.crag_upper} "
+        f"({cal.reranker_model})\n{json.dumps(cal.metrics, indent=2)}"
+    )
+    return 0
+
+
+def cmd_reliability(args: argparse.Namespace) -> int:
+    """Print the reliability report; non-zero exit when anything failed."""
+    from lab.benchmarks.reliability import run_report  # the command loads its stack when run
+
+    report = run_report(args.runs, args.clients, args.memory_runs, args.kills, args.seed, args.server)
+    print(report.render())
+    return 1 if report.failures else 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Run `python -m lab bench`."""
+    from lab.benchmarks.bench import BenchConfig, run  # the command loads its stack when run
+
+    _offline()
+    cfg = BenchConfig(
+        squad=Path(args.squad),
+        off_corpus=Path(args.off_corpus),
+        per_class=args.per_class,
+        seed=args.seed,
+        llm=args.llm,
+        judge_questions=args.judge_questions,
+        warmup=args.warmup,
+        budget_ms=args.budget_ms,
+        out=Path(args.out),
+        fresh=args.fresh,
+        threads=args.threads,
+    )
+    _check_paths(cfg.squad, cfg.off_corpus)
+    code = run(cfg, _eval_settings(args))
+    print((cfg.out / "report.md").read_text(encoding="utf-8"))
+    return code
+
+
+def cmd_bench_embedder(args: argparse.Namespace) -> int:
+    """Run `python -m lab bench-embedder`."""
+    from lab.benchmarks.bench_embedder import embedder_benchmark  # the command loads its stack when run
+
+    beir = Path(args.beir) if args.beir else None
+    embedder_benchmark(beir=beir, rounds=args.rounds, chunks=args.chunks, threads=args.threads)
+    return 0
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add `calibrate`, `reliability`, `bench` and `bench-embedder`."""
+    cal = subparsers.add_parser("calibrate", help="derive reranker_threshold and crag_upper from SQuAD v2 questions")
+    cal.add_argument("--squad", default=str(SHARED_DATA / "squad2-dev"), help="SQuAD v2 JSON file or folder")
+    cal.add_argument(
+        "--off-corpus",
+        default=str(SHARED_DATA / "train" / "squad11-train"),
+        help="SQuAD JSON whose articles are not in the corpus",
+    )
+    cal.add_argument("--reranker", help="reranker to calibrate (default: FASTRAG_RERANKER, else packaged)")
+    cal.add_argument("--out", help="calibration.json to write (default: the packaged one)")
+    cal.add_argument("--per-class", type=int, default=200, help="questions per class")
+    cal.add_argument("--seed", type=int, default=13)
+    cal.add_argument("--target-precision", type=float, default=0.9, help="abstention precision to reach")
+    cal.add_argument("--tolerance", type=float, default=0.1, help="share of refinements allowed to matter")
+    cal.set_defaults(func=cmd_calibrate)
+
+    rel = subparsers.add_parser("reliability", help="inject faults, bad input, load and kills; print the report")
+    rel.add_argument("--runs", type=int, default=50, help="runs under load")
+    rel.add_argument("--clients", type=int, default=10, help="concurrent clients")
+    rel.add_argument("--memory-runs", type=int, default=200, help="sequential runs for the RSS check")
+    rel.add_argument("--kills", type=int, default=4, help="index builds killed with SIGKILL")
+    rel.add_argument("--seed", type=int, default=7)
+    rel.add_argument("--server", help="run the load against this LangGraph server URL instead of in-process")
+    rel.set_defaults(func=cmd_reliability)
+
+    be = subparsers.add_parser("bench", help="stage latency P50/P95/P100, CRAG on vs off, and LLM-judge cost")
+    be.add_argument("--squad", default=f"{DATA}/squad2-dev", help="SQuAD v2 JSON file or folder (the corpus)")
+    be.add_argument("--off-corpus", default=f"{DATA}/train/squad11-train", help="off-corpus SQuAD JSON")
+    be.add_argument("--per-class", type=int, default=20, help="questions per class (default: 20)")
+    be.add_argument("--seed", type=int, default=7)
+    be.add_argument("--llm", default=SMOLLM2_LLM, help=f"generator and judge model (default: {SMOLLM2_LLM})")
+    be.add_argument(
+        "--judge-questions",
+        type=int,
+        default=3,
+        help="questions whose candidates the LLM judge grades, one call per chunk (default: 3)",
+    )
+    be.add_argument("--warmup", type=int, default=3, help="untimed warm-up questions (default: 3)")
+    be.add_argument("--budget-ms", type=float, default=200.0, help="retrieval latency budget (default: 200)")
+    _common(be, "runs/bench")
+    be.set_defaults(func=cmd_bench)
+
+    em = subparsers.add_parser("bench-embedder", help="int8 ONNX vs fp32 embedder: speed, fidelity, SciFact nDCG")
+    em.add_argument("--beir", default=f"{DATA}/scifact", help="SciFact BEIR folder ('' to skip)")
+    em.add_argument("--rounds", type=int, default=3, help="interleaved throughput rounds")
+    em.add_argument("--chunks", type=int, default=0, help="chunks per round (0: the whole embedded corpus)")
+    em.add_argument("--threads", type=int, default=2)
+    em.set_defaults(func=cmd_bench_embedder)
+
+
+def parser() -> argparse.ArgumentParser:
+    """The argument parser."""
+    from lab.benchmarks.bench_speed import add_commands as add_bench_speed
+    from lab.benchmarks.bench_store import add_commands as add_bench_store
+    from lab.training.cli import add_commands as add_training
+
+    p = argparse.ArgumentParser(prog="python -m lab", description=__doc__)
+    p.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    sub = p.add_subparsers(dest="command", required=True)
+    add_commands(sub)
+    add_training(sub)
+    add_bench_store(sub)
+    add_bench_speed(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `python -m lab`."""
+    args = parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="lab: %(levelname)s: %(message)s"
+    )
+    from fastcrag.config.calibration import CalibrationError
+    from fastcrag.retrieval.store import IndexLoadError
+
+    try:
+        return int(args.func(args))
+    except (UserError, CalibrationError, IndexLoadError, FileNotFoundError, ValueError) as exc:
+        print(f"lab: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("lab: interrupted (rerun the same command to resume)", file=sys.stderr)
+        return 130

@@ -1,3 +1,0 @@
-"""Training, export and benchmarking of fastcrag's own cross-encoder grader."""
-
-from __future__ import annotations

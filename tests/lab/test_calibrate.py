@@ -1,0 +1,51 @@
+"""`python -m lab calibrate` rebuilds a calibration from SQuAD with the real grader."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import SHARED_DATA
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "squad2-dev").exists(), reason="shared evaluation data not present")
+def test_calibrate_writes_a_valid_file(tmp_path: Path) -> None:
+    out = tmp_path / "calibration.json"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lab",
+            "calibrate",
+            "--squad",
+            str(SHARED_DATA / "squad2-dev"),
+            "--off-corpus",
+            str(SHARED_DATA / "train" / "squad11-train"),
+            "--per-class",
+            "8",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,  # the lab is a folder of the repository, not an installed package
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert result.returncode == 0, result.stderr
+    from fastcrag.config.calibration import load_calibration
+
+    cal = load_calibration(out)
+    assert cal.metrics["questions"] == {"answerable": 8, "unanswerable": 8, "off_corpus": 8}
+    curve = cal.metrics["auc_by_condition_factor"]  # every answerable question naming a year, ordinal, quarter or month
+    assert list(curve) == ["1", "0.75", "0.5", "0.25", "0"]
+    assert curve[f"{cal.condition_factor:g}"] == max(curve.values())
+    assert "condition changed" in cal.objective
