@@ -14,7 +14,7 @@ from pathlib import Path
 
 from fastcrag.cli import UserError, _settings
 from fastcrag.config.settings import SHARED_DATA, SMOLLM2_LLM
-from fastcrag.evaluation.cli import DATA, _check_paths, _common, _offline
+from fastcrag.evaluation.cli import _check_paths, _common, _offline
 from fastcrag.evaluation.cli import _settings as _eval_settings
 
 
@@ -118,8 +118,10 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     rel.set_defaults(func=cmd_reliability)
 
     be = subparsers.add_parser("bench", help="stage latency P50/P95/P100, CRAG on vs off, and LLM-judge cost")
-    be.add_argument("--squad", default=f"{DATA}/squad2-dev", help="SQuAD v2 JSON file or folder (the corpus)")
-    be.add_argument("--off-corpus", default=f"{DATA}/train/squad11-train", help="off-corpus SQuAD JSON")
+    be.add_argument(
+        "--squad", default=str(SHARED_DATA / "squad2-dev"), help="SQuAD v2 JSON file or folder (the corpus)"
+    )
+    be.add_argument("--off-corpus", default=str(SHARED_DATA / "train" / "squad11-train"), help="off-corpus SQuAD JSON")
     be.add_argument("--per-class", type=int, default=20, help="questions per class (default: 20)")
     be.add_argument("--seed", type=int, default=7)
     be.add_argument("--llm", default=SMOLLM2_LLM, help=f"generator and judge model (default: {SMOLLM2_LLM})")
@@ -135,7 +137,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     be.set_defaults(func=cmd_bench)
 
     em = subparsers.add_parser("bench-embedder", help="int8 ONNX vs fp32 embedder: speed, fidelity, SciFact nDCG")
-    em.add_argument("--beir", default=f"{DATA}/scifact", help="SciFact BEIR folder ('' to skip)")
+    em.add_argument("--beir", default=str(SHARED_DATA / "scifact"), help="SciFact BEIR folder ('' to skip)")
     em.add_argument("--rounds", type=int, default=3, help="interleaved throughput rounds")
     em.add_argument("--chunks", type=int, default=0, help="chunks per round (0: the whole embedded corpus)")
     em.add_argument("--threads", type=int, default=2)

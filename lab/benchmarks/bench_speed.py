@@ -110,9 +110,9 @@ class LocalGraph:
 
     def setup(self) -> LeverSetup:
         """The names this graph's runs record, its `top_k` and how it orders graded candidates."""
-        from lab.benchmarks.pareto import LeverSetup
         from fastcrag.evaluation.retrieval import GraphOrder
         from fastcrag.retrieval.embeddings import default_embeddings
+        from lab.benchmarks.pareto import LeverSetup
 
         settings, cal = self.parts.settings, self.parts.calibration()
         order = GraphOrder(cal.rerank_weight, settings.grade_batch, cal.crag_upper)
@@ -442,7 +442,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     b.add_argument("--workers", type=int, default=2, help="`fastcrag serve` workers (default: 2)")
     b.add_argument("--project", default=".", help="folder with langgraph.json, for the `langgraph dev` row")
     b.add_argument("--skip", default="", help=f"comma-separated sections to leave out, from {', '.join(SECTIONS)}")
-    b.add_argument("--beir", default=str(SHARED_DATA / "scifact"), help="SciFact BEIR folder for the embedder's nDCG row")
+    b.add_argument(
+        "--beir", default=str(SHARED_DATA / "scifact"), help="SciFact BEIR folder for the embedder's nDCG row"
+    )
     b.add_argument("--rounds", type=int, default=3, help="embedder throughput rounds (default: 3)")
     b.add_argument("--threads", type=int, default=2, help="embedder threads (default: 2)")
     b.add_argument(

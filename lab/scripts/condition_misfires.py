@@ -4,7 +4,7 @@ For each answerable question that names a condition (a year, ordinal, quarter or
 its evidence states it in no form: SQuAD 2.0 dev gold paragraphs and their two-sentence gold snippets, SQuAD 1.1
 train gold paragraphs (the first 200 articles), and COVID-QA's 800-character windows around the answer.
 
-    python -m lab.scripts.condition_misfires [--data ../shared/data] [--show 4]
+    python -m lab.scripts.condition_misfires [--data DIR] [--show 4]     # DIR: the shared data folder by default
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """Labelled-question files for measuring `fastcrag fit` on the shared data (written under runs/, never committed).
 
-    python -m lab.scripts.fit_data scifact --data ../shared/data --out runs/fit-data/scifact
-    python -m lab.scripts.fit_data covidqa --data ../shared/data --out runs/fit-data/covidqa600 --questions 600
+    python -m lab.scripts.fit_data scifact --out runs/fit-data/scifact
+    python -m lab.scripts.fit_data covidqa --out runs/fit-data/covidqa600 --questions 600
 
 scifact: the train claims with their relevant abstracts as `sources` (`corpus.jsonl.gz#<id>`, as citations name
-them); index the corpus with `fastcrag index ../shared/data/scifact/corpus.jsonl.gz --index DIR`.
+them); index the corpus with `fastcrag index DATA/scifact/corpus.jsonl.gz --index DIR` (DATA: `--data`, by default
+the shared data folder).
 covidqa: one text file per paper (`corpus/`, to index) and the questions with their `answers`.
 """
 

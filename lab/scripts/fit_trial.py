@@ -5,9 +5,9 @@ with their answer taken out of the index (only near misses left: the other snipp
 paper without the sentences that state the answer). A fit is worth having when the graph then declines those while
 it still answers the rest.
 
-    python -m lab.scripts.fit_trial squad-snippets --out runs/trial-squad          # SQuAD 2.0 dev as 1-2 sentence snippets
-    python -m lab.scripts.fit_trial squad-numbers --out runs/trial-numbers         # near misses state another number
-    python -m lab.scripts.fit_trial covidqa --out runs/trial-covidqa               # COVID-QA papers in 128-token chunks
+    python -m lab.scripts.fit_trial squad-snippets --out runs/trial-squad     # SQuAD 2.0 dev as 1-2 sentence snippets
+    python -m lab.scripts.fit_trial squad-numbers --out runs/trial-numbers    # near misses state another number
+    python -m lab.scripts.fit_trial covidqa --out runs/trial-covidqa          # COVID-QA papers in 128-token chunks
     python -m lab.scripts.fit_trial squad-snippets --out runs/trial-squad --minutes 5   # also a fit that fine-tunes
     python -m lab.scripts.fit_trial squad-numbers --out runs/trial-numbers --naming     # also labels naming conditions
 

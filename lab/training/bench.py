@@ -14,22 +14,22 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from fastcrag.grading.onnx_grader import OnnxCrossEncoderReranker
-from fastcrag.grading.reranker import CrossEncoderReranker, default_reranker_spec, load_reranker
-from fastcrag.retrieval.embeddings import SentenceTransformerEmbeddings, packaged_minilm_path
-from fastcrag.retrieval.loaders import python_reference
-from fastcrag.retrieval.text import split_sentences
 from fastcrag.fitting.mix import (
     Article,
     answer_sentence_index,
     contains_any,
-    heldout_squad_articles,
     load_beir,
     load_squad,
     read_pairs,
     sentence_windows,
     squad11_articles,
 )
+from fastcrag.grading.onnx_grader import OnnxCrossEncoderReranker
+from fastcrag.grading.reranker import CrossEncoderReranker, default_reranker_spec, load_reranker
+from fastcrag.retrieval.embeddings import SentenceTransformerEmbeddings, packaged_minilm_path
+from fastcrag.retrieval.loaders import python_reference
+from fastcrag.retrieval.text import split_sentences
+from lab.training.pool import heldout_squad_articles
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

@@ -59,12 +59,12 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _distill(args: argparse.Namespace) -> int:
-    from fastcrag.grading.reranker import PACKAGED_GRADER  # loaded when the command runs
-    from fastcrag.fitting.mix import PoolConfig
-    from lab.training.distill import distill
     from fastcrag.fitting.export import export_grader
+    from fastcrag.fitting.mix import PoolConfig
     from fastcrag.fitting.train_loop import TrainConfig
     from fastcrag.fitting.weights import WeightsError, trainable_once
+    from fastcrag.grading.reranker import PACKAGED_GRADER  # loaded when the command runs
+    from lab.training.distill import distill
 
     teacher = Path(args.teacher) if args.teacher else PACKAGED_GRADER
     out = Path(args.output)
@@ -160,8 +160,8 @@ def _export_embedder(args: argparse.Namespace) -> int:
 def _unpack_grader(args: argparse.Namespace) -> int:
     import time
 
-    from fastcrag.grading.reranker import PACKAGED_GRADER  # loaded when the command runs
     from fastcrag.fitting.weights import WeightsError, trainable_grader
+    from fastcrag.grading.reranker import PACKAGED_GRADER  # loaded when the command runs
 
     t0 = time.perf_counter()
     try:

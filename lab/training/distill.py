@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 
 from fastcrag.fileio import write_json_atomic
-from fastcrag.modelmeta import read_model_meta
 from fastcrag.fitting.model import build_model, save_model, span_allowed
 from fastcrag.fitting.train_loop import TrainConfig, _encoded_pool, make_optimizer, prepare_run, train_loop
 from fastcrag.fitting.weights import file_sha1
+from fastcrag.modelmeta import read_model_meta
 from lab.training.train import _auc, _prepare_pool, predict_heads
 
 #: Weight of the span distributions' KL divergence beside the relevance logit's squared error.

@@ -7,9 +7,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from fastcrag.fitting.export import quantize_int8
 from fastcrag.modelmeta import META_FILE, write_model_meta
 from fastcrag.retrieval.embeddings import MAX_TOKENS, packaged_minilm_path
-from fastcrag.fitting.export import quantize_int8
 
 EMBEDDER_NAME = "all-MiniLM-L6-v2-onnx-int8"
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fastcrag.fitting.mix import Pair
 from fastcrag.grading.onnx_grader import OnnxCrossEncoderReranker
 from fastcrag.grading.reranker import PACKAGED_GRADER
-from fastcrag.fitting.mix import Pair
 
 from conftest import SHARED_DATA
 
@@ -83,8 +83,8 @@ def test_unpacked_grader_scores_like_the_shipped_onnx_and_re_exports_to_it(tmp_p
 
 @pytest.mark.skipif(not (DATA_ROOT / "train" / "squad11-train").is_dir(), reason="no shared training data")
 def test_fine_tune_the_packaged_grader_with_a_replay(tmp_path: Path) -> None:
-    from fastcrag.grading.reranker import load_reranker
     from fastcrag.fitting.finetune import REPLAY_FAMILIES, fine_tune
+    from fastcrag.grading.reranker import load_reranker
 
     pairs = [
         Pair(q, p, 1.0 if i == j else 0.0, "user", f"g{i}")

@@ -15,7 +15,6 @@ import pytest
 from fastcrag import build_graph
 from fastcrag.config.settings import Context, Settings
 
-
 pytestmark = pytest.mark.integration
 
 CORPUS = {

@@ -1,4 +1,4 @@
-"""`python -m lab bench-speed` pieces (targets, the served-vs-local comparison) and the server launcher, without models."""
+"""`python -m lab bench-speed` pieces (targets, the served-vs-local comparison) and the server launcher, no models."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from lab.cli import main
 from fastcrag.evaluation import launch
 from lab.benchmarks import bench_speed
+from lab.cli import main
 
 
 def test_unknown_section_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,4 +1,4 @@
-"""`python -m lab bench-store` pieces: vector generation, recall, the FAISS stores and the report (no Postgres, no model)."""
+"""`python -m lab bench-store` pieces: vector generation, recall, the FAISS stores, the report (no Postgres/model)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from lab.cli import main
 from lab.benchmarks import bench_store
+from lab.cli import main
 
 
 def _sample(n: int = 300, dim: int = 32, seed: int = 0) -> np.ndarray:

@@ -43,11 +43,11 @@ def _gap(student_dir: Path, teacher_dir: Path) -> float:
 
 
 def test_a_student_learns_its_teachers_scores_and_exports_as_a_grader(tmp_path: Path) -> None:
-    from lab.training.distill import distill, kept_layers, shrink
-    from fastcrag.fitting.model import build_model, save_model
     from fastcrag.fitting.export import export_grader
+    from fastcrag.fitting.model import build_model, save_model
     from fastcrag.fitting.train_loop import TrainConfig
     from fastcrag.fitting.weights import trainable_grader
+    from lab.training.distill import distill, kept_layers, shrink
 
     teacher = onnx_grader(tiny_reader(tmp_path / "src", seed=3), tmp_path / "teacher", "tiny-teacher")
     weights = trainable_grader(teacher, tmp_path / "teacher-torch")

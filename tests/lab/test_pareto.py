@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from lab.cli import main
+from fastcrag.evaluation.retrieval import GraphOrder
 from lab.benchmarks import pareto
 from lab.benchmarks.pareto import SCIFACT, LeverSetup, RetrievalRun
-from fastcrag.evaluation.retrieval import GraphOrder
+from lab.cli import main
 
 # One query: the first pass ranks a, b, c, d; the grader (recorded as 2 + score) puts the relevant d first.
 FIRST = {"a": 0.9, "b": 0.8, "c": 0.7, "d": 0.6}

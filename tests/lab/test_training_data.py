@@ -1,4 +1,4 @@
-"""Unit tests of the grader's training-pool building on tiny inline fixtures."""
+"""The grader's training pool: the packaged mix's readers and the lab's user data, on tiny inline fixtures."""
 
 from __future__ import annotations
 
@@ -16,12 +16,9 @@ from fastcrag.fitting.mix import (
     QAItem,
     answer_sentence_index,
     beir_pairs,
-    build_pool,
     chunk_words,
     contains_any,
-    detect_format,
     is_dev_group,
-    jsonl_pairs,
     load_beir,
     load_squad,
     perturb_passage,
@@ -31,9 +28,9 @@ from fastcrag.fitting.mix import (
     split_sentences,
     squad_pairs,
     swap_question,
-    user_pairs,
     write_pairs,
 )
+from lab.training.pool import build_pool, detect_format, jsonl_pairs, user_pairs
 
 PARA_A = (
     "The Eiffel Tower was completed in 1889. It was designed by the company of Gustave Eiffel. "

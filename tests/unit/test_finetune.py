@@ -141,22 +141,22 @@ def _user_pairs() -> list[Pair]:
 
 
 def test_fine_tune_runs_checkpoints_resumes_and_exports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from fastcrag.grading.reranker import load_reranker
-    from lab.training import train
+    from fastcrag.fitting import train_loop
     from fastcrag.fitting.finetune import fine_tune
+    from fastcrag.grading.reranker import load_reranker
 
     grader = onnx_grader(tiny_classifier(tmp_path / "src"), tmp_path / "tiny-grader", "tiny-grader")
     pairs = _user_pairs()
     assert len(pairs) == 40
     out = tmp_path / "run"
-    save = train._save_checkpoint
+    save = train_loop._save_checkpoint
 
     def interrupted(path: Path, model: Any, optimizer: Any, step: int, elapsed: float) -> None:
         save(path, model, optimizer, step, elapsed)
         if step == 4:
             raise Interrupted  # the run stops after its second checkpoint
 
-    monkeypatch.setattr(train, "_save_checkpoint", interrupted)
+    monkeypatch.setattr(train_loop, "_save_checkpoint", interrupted)
     kw: dict[str, Any] = {"minutes": 0.5, "data_root": tmp_path / "no-data", "progress": False}
     kw |= {"batch_size": 8, "max_epochs": 2, "checkpoint_every": 2, "threads": 1}
     with pytest.raises(Interrupted):
@@ -164,7 +164,7 @@ def test_fine_tune_runs_checkpoints_resumes_and_exports(tmp_path: Path, monkeypa
     assert json.loads((out / "checkpoint" / "state.json").read_text())["step"] == 4
     assert (out / "base-weights" / "model.safetensors").is_file() and not (out / "export").exists()
 
-    monkeypatch.setattr(train, "_save_checkpoint", save)
+    monkeypatch.setattr(train_loop, "_save_checkpoint", save)
     result = fine_tune(grader, pairs, out, **kw)
     assert result.resumed_at == 4 and result.steps == 10 and result.pairs_seen == 80
     assert result.timings["weights_s"] == 0.0, "the rebuilt base weights are reused"

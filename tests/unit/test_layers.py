@@ -148,7 +148,6 @@ def test_the_package_never_imports_the_lab() -> None:
     assert not {name: mods for name, mods in found.items() if mods}, "the installed package imports the lab"
 
 
-
 def test_the_lab_check_sees_every_kind_of_import(tmp_path: Path) -> None:
     source = tmp_path / "module.py"
     source.write_text("import lab\nimport labels\n\ndef f():\n    from lab.cli import main\n    from .lab import x\n")

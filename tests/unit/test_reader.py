@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fastcrag.fitting.model import find_answer, span_targets
 from fastcrag.generation.generators import ExtractiveGenerator, answer_with_sentence, generate_answer
 from fastcrag.grading.reader import Span, best_span, is_reader, span_margins
-from fastcrag.fitting.model import find_answer, span_targets
 
 from fakes import ScriptedReranker
 
@@ -133,9 +133,9 @@ def test_answer_with_sentence_finds_the_sentence_of_the_span() -> None:
 def test_encoded_pool_is_reused_verbatim(tmp_path: Path) -> None:
     from transformers import AutoTokenizer
 
-    from fastcrag.retrieval.embeddings import packaged_minilm_path
     from fastcrag.fitting.mix import Pair
     from fastcrag.fitting.train_loop import _encoded_pool
+    from fastcrag.retrieval.embeddings import packaged_minilm_path
 
     tok = AutoTokenizer.from_pretrained(str(packaged_minilm_path()), local_files_only=True)
     pairs = [

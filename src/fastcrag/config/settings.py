@@ -28,7 +28,7 @@ DEFAULT_RETRIEVAL: RetrievalMode = "hybrid"
 #: `python -m lab bench-store` at 100k MiniLM-shaped vectors measured recall@10 0.87 at ef_search 40 (pgvector's
 #: default), 0.95 at 100 and 0.98 at 200; at 1M, 0.84 at 100 and 0.95 at 400 (docs/RESULTS.md, docs/DEPLOY.md).
 #: Candidates graded per question, and the band-preserving early exit's batch. Chosen together with the int8 embedder
-#: in one `python -m lab bench-speed` levers run and `fastcrag eval abstention` / `eval retrieval` runs (docs/RESULTS.md):
+#: in `python -m lab bench-speed` (levers) and `fastcrag eval abstention` / `eval retrieval` runs (docs/RESULTS.md):
 #: retrieval total P50 128 ms vs 194 ms for the earlier defaults (fp32, 20, all graded), truthfulness -0.150 vs
 #: -0.158, SciFact nDCG@10 0.660 vs 0.648; batches of 5 lost 0.03 truthfulness. Then top_k 15 -> 10 with the
 #: grader-reader v3 and its AMBIGUOUS reader floor, on `bench-speed`'s table of stored quality: 142 vs 212 ms, equal

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from fastcrag.config.settings import SHARED_DATA
 from fastcrag.fileio import write_text_atomic
 
 REPORTS = (  # (folder under runs/, section title, whether a missing report is worth a note)
@@ -31,7 +32,7 @@ def compose(runs: Path, commands: list[str], preface: str = "") -> str:
     lines = ["# Results", ""]
     if preface:
         lines += [preface.strip(), ""]
-    lines += ["Reproduce (from the repository root, data in `../shared/data`):", "", "```bash"]
+    lines += [f"Reproduce (from the repository root, data in `{SHARED_DATA}`):", "", "```bash"]
     lines += [*commands, "```", ""]
     for folder, title, required in REPORTS:
         path = runs / folder / "report.md"

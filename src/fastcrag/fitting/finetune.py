@@ -235,9 +235,9 @@ def fine_tune(
     """
     from transformers import AutoTokenizer  # transformers takes seconds to load: only when a fine-tune runs
 
+    from fastcrag.fitting.export import export_grader
     from fastcrag.fitting.model import read_fusion
     from fastcrag.fitting.network import has_reader, load_network, save_network
-    from fastcrag.fitting.export import export_grader
     from fastcrag.fitting.train_loop import TrainConfig, _encoded_pool, make_optimizer, prepare_run, train_loop
 
     if not pairs:

@@ -118,8 +118,8 @@ def fine_tune_grader(
     Returns:
         The exported folder, its name, and what training did (steps, pairs seen, seconds, replay, notes).
     """
-    from fastcrag.fitting.mix import Pair  # training pulls torch: only a fit that trains loads it
     from fastcrag.fitting.finetune import fine_tune
+    from fastcrag.fitting.mix import Pair  # training pulls torch: only a fit that trains loads it
 
     rows = [Pair(q, p, label, "fit", hashlib.sha1(q.encode()).hexdigest()[:12], a) for q, p, label, a in pairs]
     result = fine_tune(
@@ -157,7 +157,7 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
     if not 0.0 <= opts.min_recall < 1.0:
         raise FitError(f"--min-recall must be in [0, 1), got {opts.min_recall}")
     if opts.replay_exclude:
-        from fastcrag.fitting.finetune import REPLAY_FAMILIES  # the training package loads only when asked
+        from fastcrag.fitting.finetune import REPLAY_FAMILIES  # the fine-tune (torch) loads only when asked
 
         if unknown := sorted(opts.replay_exclude - REPLAY_FAMILIES):
             raise FitError(f"--replay-exclude: unknown {unknown}; the packaged mix has {sorted(REPLAY_FAMILIES)}")

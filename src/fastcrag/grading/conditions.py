@@ -3,7 +3,7 @@
 A chunk about the same thing under another condition (another year, edition, quarter or month) reads to a
 cross-encoder almost exactly like the evidence, and answers another question. A chunk that states none of the forms of
 a condition the question names is scored down by the calibrated `condition_factor` (1: no check; `fastcrag fit` and
-`python -m lab calibrate` choose it on labelled questions). On the question's side only unambiguous forms name a condition:
+the lab's `calibrate` choose it on labelled questions). On the question's side only unambiguous forms name a condition:
 digits (a year such as 2019 or FY2019, an ordinal such as 45th, a quarter such as Q3 or "third quarter") and
 capitalised month names, so that common words ("the first president", "may") never do. On the chunk's side every form
 counts (45th or forty-fifth, Q3 or third quarter, 2019 inside 2019-20, Mar or 2020-03-15), so that a chunk is scored
