@@ -11,9 +11,9 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from test_finetune import FACTS, _user_pairs, onnx_grader, tiny_reader  # noqa: E402
-
 from fastcrag.fitting.mix import write_pairs  # noqa: E402
+
+from tiny_graders import FACTS, _user_pairs, onnx_grader, tiny_reader  # noqa: E402
 
 FUSION = {"relevance": 1.2, "span": 0.3, "bias": -0.4}  # tiny_reader's grade fusion
 
