@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import sys
 import tarfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -190,6 +191,18 @@ def test_no_train_fit_writes_calibration_report_and_plots(tmp_path: Path, index:
     assert "| rerank_weight |" in report
     assert any("held out" in line for line in lines)
     assert not list(tmp_path.glob(".fit-out*"))  # no temporary folder left behind
+
+
+def test_without_matplotlib_the_fit_report_says_how_to_get_its_plots(
+    tmp_path: Path, index: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if the `eval` extra were not installed
+    questions = write_questions(tmp_path / "q.jsonl", labelled_rows())
+    out = tmp_path / "fit-out"
+    fit(FitOptions(questions, out, index=index, train=False, progress=False), log=lambda line: None)
+    assert {p.name for p in out.iterdir()} == {"calibration.json", "observations.jsonl", "report.md"}
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert "fastcrag[eval]" in report and "scores.png" not in report
 
 
 def test_rerank_weight_follows_the_held_out_order_and_needs_a_real_gain() -> None:
