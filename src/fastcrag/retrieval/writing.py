@@ -18,6 +18,9 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
+Metadata = dict[str, Any]
+"""A chunk's metadata: `source`, `title` and what else a caller stores with it."""
+
 
 @dataclass(frozen=True)
 class DocumentEntry:
@@ -92,8 +95,7 @@ class ChunkStore(VectorStore):
         self,
         texts: Sequence[str],
         vectors: Any,
-        metadatas: Sequence[dict[str, Any]] | None = None,
-        *,
+        metadatas: Sequence[Metadata] | None = None,
         ids: Sequence[str] | None = None,
     ) -> list[str]:
         """Add chunks whose unit-norm embeddings were already computed (not tracked as documents); their ids."""
