@@ -8,16 +8,17 @@ from pathlib import Path
 import pytest
 
 from fastcrag.config.settings import redact_message
-from fastcrag.retrieval.indexing import ChunkBatch, DocumentEntry, build_index, stream_index
+from fastcrag.retrieval.indexing import build_index, chunk_document, document_digest, stream_index
 from fastcrag.retrieval.loaders import SourceDocument
 from fastcrag.retrieval.pgstore import PgStoreError, check_collection_name
 from fastcrag.retrieval.store import FaissStore
+from fastcrag.retrieval.writing import ChunkBatch, DocumentEntry
 
 from fakes import HashEmbeddings
 
 
 class RecordingSink:
-    """An in-memory sink that records each write."""
+    """An in-memory `StoreWriter` that records each write."""
 
     def __init__(self) -> None:
         self.hashes: dict[str, str] = {}
@@ -123,3 +124,17 @@ def test_default_index_folder_is_per_embedder(monkeypatch: pytest.MonkeyPatch, t
     assert default_index_dir() == base.with_name(base.name + "-sentence-transformers")
     monkeypatch.setenv("FASTRAG_EMBEDDER", "/models/my embedder/")
     assert default_index_dir() == base.with_name(base.name + "-models-my-embedder")
+
+
+def test_chunking_is_a_pure_function_the_build_writes_as_it_is(tmp_path: Path) -> None:
+    doc = SourceDocument("doc", "T", " ".join(f"Sentence {j} about the same subject." for j in range(30)))
+    chunked = chunk_document(doc, 16, 0)
+    assert chunk_document(doc, 16, 0) == chunked and len(chunked.texts) > 1
+    assert chunked.entry.digest == document_digest(doc.text, 16, 0) != document_digest(doc.text, 16, 4)
+    assert chunked.entry.chunk_ids == tuple(f"{chunked.entry.digest[:16]}-{i}" for i in range(len(chunked.texts)))
+    build_index([doc], tmp_path, HashEmbeddings(), chunk_tokens=16, chunk_overlap=0, progress=False)
+    store = FaissStore.load(tmp_path, HashEmbeddings())
+    assert [(c["id"], c["text"]) for c in store.chunks] == list(
+        zip(chunked.entry.chunk_ids, chunked.texts, strict=True)
+    )
+    assert store.documents == {"doc": {"hash": chunked.entry.digest, "ids": list(chunked.entry.chunk_ids)}}

@@ -224,3 +224,14 @@ def _cached_embeddings(spec: str) -> Embedder:
 def default_embeddings(spec: str | None = None) -> Embedder:
     """The process-wide embedder that `spec` (default: `FASTRAG_EMBEDDER`) names, one per spec; loads on first use."""
     return _cached_embeddings((Settings().embedder if spec is None else spec).strip())
+
+
+def embedder_name(embedding: Embeddings) -> str:
+    """The name an index records for its embedder."""
+    return str(getattr(embedding, "name", type(embedding).__name__))
+
+
+def embedder_dimension(embedding: Embeddings) -> int:
+    """The embedder's output width (asks it once when it does not say)."""
+    dim = getattr(embedding, "dimension", None)
+    return int(dim) if dim is not None else len(embedding.embed_query("dimension probe"))

@@ -1,6 +1,8 @@
-"""Index building: one streaming loop (documents -> chunks -> embedded batches -> sink) for FAISS and Postgres.
+"""Index building: one streaming loop (documents -> chunks -> embedded batches -> store writer) for every store.
 
-Re-runs touch only new or changed documents (by content hash); memory holds one batch of chunks at a time.
+Re-runs touch only new or changed documents (by content hash); memory holds one batch of chunks at a time. The
+stores implement only their storage (`fastcrag.retrieval.writing.StoreWriter`): the FAISS folder's `FaissWriter`,
+Postgres's `PgWriter`.
 """
 
 from __future__ import annotations
@@ -11,21 +13,25 @@ import re
 import shutil
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from langchain_core.embeddings import Embeddings
 from platformdirs import user_cache_dir
 from tqdm import tqdm
 
-from fastcrag.config.settings import Settings
+from fastcrag.config.settings import Settings, is_postgres_url
 from fastcrag.retrieval.embeddings import DEFAULT_SPEC, default_embeddings
 from fastcrag.retrieval.loaders import SourceDocument, python_reference
-from fastcrag.retrieval.store import FaissStore, IndexFormatError, IndexLoadError
+from fastcrag.retrieval.store import FaissStore, FaissWriter, IndexLoadError
 from fastcrag.retrieval.text import chunk_text
+from fastcrag.retrieval.writing import ChunkBatch, DocumentEntry, StoreWriter
+
+if TYPE_CHECKING:
+    from fastcrag.retrieval.pgstore import PgWriter
 
 log = logging.getLogger(__name__)
 
@@ -49,45 +55,6 @@ class BuildReport:
         return self.chunks_added / self.seconds if self.seconds > 0 else 0.0
 
 
-@dataclass(frozen=True)
-class DocumentEntry:
-    """A new or changed document on its way to a sink: its source, content hash and chunk ids."""
-
-    source: str
-    digest: str
-    chunk_ids: tuple[str, ...]
-
-
-@dataclass
-class ChunkBatch:
-    """Chunks with their unit-norm embeddings (`vectors`, float32, one row per chunk)."""
-
-    texts: list[str]
-    metadatas: list[dict[str, str]]
-    ids: list[str]
-    vectors: Any
-
-
-class IndexSink(Protocol):
-    """Where the streaming indexing loop writes: the FAISS folder (`FaissSink`) or Postgres (`PgSink`)."""
-
-    def lookup(self, sources: Sequence[str]) -> dict[str, str]:
-        """The stored content hash of each of these sources the index holds (and note them as seen)."""
-        ...
-
-    def write(self, documents: Sequence[DocumentEntry], batch: ChunkBatch) -> None:
-        """Replace or add whole documents: each document's old chunks go, `batch` (all their chunks) comes in."""
-        ...
-
-    def prune(self) -> int:
-        """Remove the documents whose source was not seen in this run (when asked to); returns how many."""
-        ...
-
-    def finish(self, changed: bool) -> int:
-        """Make the build durable and visible; returns the chunks in the index."""
-        ...
-
-
 def encode(embeddings: Embeddings, texts: list[str]) -> Any:
     """Unit-norm float32 embeddings of passages (the embedder's own `encode` when it has one)."""
     fast = getattr(embeddings, "encode", None)
@@ -101,16 +68,41 @@ def document_digest(text: str, chunk_tokens: int, chunk_overlap: int) -> str:
     return hashlib.sha256(f"{settings}\0{text}".encode()).hexdigest()
 
 
+@dataclass(frozen=True)
+class ChunkedDocument:
+    """A document cut into chunks as the index stores them: its entry (source, hash, chunk ids), texts, metadata."""
+
+    entry: DocumentEntry
+    texts: list[str]
+    metadatas: list[dict[str, str]]
+
+
+def chunk_document(doc: SourceDocument, chunk_tokens: int, chunk_overlap: int, digest: str = "") -> ChunkedDocument:
+    """Cut a document into chunks with ids derived from its content hash: a pure function, callable per batch.
+
+    Args:
+        doc: The document.
+        chunk_tokens: Chunk size in embedder tokens.
+        chunk_overlap: Overlap between consecutive chunks, in tokens.
+        digest: The document's `document_digest` under these settings, when already computed.
+    """
+    digest = digest or document_digest(doc.text, chunk_tokens, chunk_overlap)
+    chunks = chunk_text(doc.text, chunk_tokens, chunk_overlap)
+    ids = tuple(f"{digest[:16]}-{i}" for i in range(len(chunks)))
+    metadatas = [{"source": doc.source, "title": doc.title} for _ in chunks]
+    return ChunkedDocument(DocumentEntry(doc.source, digest, ids), chunks, metadatas)
+
+
 def stream_index(
     documents: Iterable[SourceDocument],
-    sink: IndexSink,
+    writer: StoreWriter,
     embeddings: Embeddings,
     chunk_tokens: int = 128,
     chunk_overlap: int = 24,
     batch_size: int = 256,
     progress: bool = True,
 ) -> BuildReport:
-    """Documents -> chunks -> embedded batches -> sink, holding at most about `batch_size` chunks at a time.
+    """Documents -> chunks -> embedded batches -> store writer, holding at most about `batch_size` chunks at a time.
 
     Sources are looked up in groups of `batch_size` documents; a document whose hash is stored is skipped, a new
     or changed one is chunked into the pending batch, and a pending batch of `batch_size` chunks (or more, when one
@@ -118,7 +110,7 @@ def stream_index(
 
     Args:
         documents: The documents; a source seen before with the same text is skipped, with new text replaced.
-        sink: Where to write.
+        writer: The store's writer.
         embeddings: The embedder.
         chunk_tokens: Chunk size in embedder tokens.
         chunk_overlap: Overlap between consecutive chunks, in tokens.
@@ -140,14 +132,14 @@ def stream_index(
             encode(embeddings, pending.texts[i : i + batch_size]) for i in range(0, len(pending.texts), batch_size)
         ]
         pending.vectors = np.concatenate(parts) if parts else np.zeros((0, 0), dtype=np.float32)
-        sink.write(list(entries), pending)
+        writer.write(list(entries), pending)
         report.chunks_added += len(pending.texts)
         bar.update(len(pending.texts))
         entries.clear()
         pending.texts, pending.metadatas, pending.ids, pending.vectors = [], [], [], None
 
     def process(group: list[SourceDocument]) -> None:
-        known = sink.lookup(list(dict.fromkeys(d.source for d in group)))
+        known = writer.lookup(list(dict.fromkeys(d.source for d in group)))
         for doc in group:
             digest = document_digest(doc.text, chunk_tokens, chunk_overlap)
             key = bytes.fromhex(digest[:32])
@@ -165,13 +157,12 @@ def stream_index(
                 report.documents_added += 1
             if any(e.source == doc.source for e in entries):
                 flush()  # the same source twice in one batch: write the first before replacing it
-            chunks = chunk_text(doc.text, chunk_tokens, chunk_overlap)
-            chunk_ids = tuple(f"{digest[:16]}-{i}" for i in range(len(chunks)))
+            chunked = chunk_document(doc, chunk_tokens, chunk_overlap, digest)
             known[doc.source] = digest
-            entries.append(DocumentEntry(doc.source, digest, chunk_ids))
-            pending.texts.extend(chunks)
-            pending.ids.extend(chunk_ids)
-            pending.metadatas.extend({"source": doc.source, "title": doc.title} for _ in chunks)
+            entries.append(chunked.entry)
+            pending.texts.extend(chunked.texts)
+            pending.ids.extend(chunked.entry.chunk_ids)
+            pending.metadatas.extend(chunked.metadatas)
             if len(pending.texts) >= batch_size:
                 flush()
 
@@ -185,95 +176,76 @@ def stream_index(
     process(group)
     flush()
     bar.close()
-    report.documents_removed = sink.prune()
+    report.documents_removed = writer.prune()
     changed = bool(report.chunks_added or report.documents_changed or report.documents_removed)
-    report.chunks_total = sink.finish(changed)
+    report.chunks_total = writer.finish(changed)
     report.seconds = time.perf_counter() - started
     return report
 
 
-class FaissSink:
-    """The FAISS folder as an indexing sink: the store in memory, saved as a new version when the build ends."""
+def open_writer(
+    target: str | Path,
+    embeddings: Embeddings,
+    *,
+    collection: str = "default",
+    chunk_tokens: int = 128,
+    chunk_overlap: int = 24,
+    prune: bool = False,
+) -> FaissWriter | PgWriter:
+    """The writer of the store `target` names: a Postgres URL's collection, else a FAISS folder.
 
-    def __init__(self, folder: Path, embeddings: Embeddings, meta: dict[str, Any], prune: bool = False) -> None:
-        """Load the index in `folder` (a new one when there is none or it has an older format).
+    Raises:
+        IndexLoadError: the FAISS folder holds an index that is damaged or was built with another embedder.
+        PgStoreError: the Postgres store is unreachable, lacks pgvector, or the collection was built with another
+            embedder, or another build is writing it.
+    """
+    if isinstance(target, str) and is_postgres_url(target):
+        from fastcrag.retrieval.pgstore import PgWriter  # psycopg is in the optional `postgres` extra
 
-        Raises:
-            IndexLoadError: the folder holds an index that is damaged or was built with another embedder.
-        """
-        self.folder = folder
-        self.meta = meta
-        self.prune_unseen = prune
-        self.seen: set[str] = set()
-        try:
-            self.store = FaissStore.load(folder, embeddings)
-        except IndexFormatError as exc:
-            log.warning("%s: re-indexing every document", exc)
-            self.store = FaissStore(embeddings)
-        except IndexLoadError:
-            if (folder / "CURRENT").exists():
-                raise
-            self.store = FaissStore(embeddings)
-
-    def lookup(self, sources: Sequence[str]) -> dict[str, str]:
-        """The stored hashes of these sources."""
-        if self.prune_unseen:
-            self.seen.update(sources)
-        docs = self.store.documents
-        return {s: str(docs[s]["hash"]) for s in sources if s in docs}
-
-    def write(self, documents: Sequence[DocumentEntry], batch: ChunkBatch) -> None:
-        """Drop the documents' old chunks and add the new ones (in memory until `finish`)."""
-        old = [
-            cid for d in documents if d.source in self.store.documents for cid in self.store.documents[d.source]["ids"]
-        ]
-        self.store.delete(old)
-        for d in documents:
-            self.store.documents[d.source] = {"hash": d.digest, "ids": list(d.chunk_ids)}
-        self.store.add_vectors(batch.texts, batch.vectors, batch.metadatas, ids=batch.ids)
-
-    def prune(self) -> int:
-        """Drop the documents not seen in this run (when pruning)."""
-        if not self.prune_unseen:
-            return 0
-        gone = [s for s in self.store.documents if s not in self.seen]
-        self.store.delete([cid for s in gone for cid in self.store.documents[s]["ids"]])
-        for s in gone:
-            del self.store.documents[s]
-        return len(gone)
-
-    def finish(self, changed: bool) -> int:
-        """Save a new version when anything changed (or the lexical index needs repair, or there is none yet)."""
-        if changed or self.store.lexical_error or not (self.folder / "CURRENT").exists():
-            self.store.save(self.folder, meta=self.meta)
-        return len(self.store)
+        return PgWriter(target, embeddings, collection, chunk_settings=(chunk_tokens, chunk_overlap), prune=prune)
+    meta = {"chunk_tokens": chunk_tokens, "chunk_overlap": chunk_overlap}
+    return FaissWriter(Path(target), embeddings, meta, prune)
 
 
 def build_index(
     documents: Iterable[SourceDocument],
-    folder: Path,
+    target: str | Path,
     embeddings: Embeddings | None = None,
     chunk_tokens: int = 128,
     chunk_overlap: int = 24,
     batch_size: int = 256,
     progress: bool = True,
     prune: bool = False,
+    *,
+    collection: str = "default",
 ) -> BuildReport:
-    """Add new or changed documents to the index in `folder` (created when missing) and save it atomically.
+    """Add new or changed documents to a FAISS folder or a Postgres collection (created when missing).
+
+    A FAISS folder is saved atomically as a new version at the end; Postgres takes whole documents per transaction.
+    Either way a build killed at any point leaves the previous content readable.
 
     Args:
-        documents: The documents; a source seen before with the same text is skipped, with new text replaced.
-        folder: The index folder.
-        embeddings: The embedder; the default all-MiniLM-L6-v2 when None.
+        documents: The documents; a source stored with the same text is skipped, with new text replaced.
+        target: The FAISS index folder, or a Postgres URL.
+        embeddings: The embedder (recorded with the index; another one is refused); all-MiniLM-L6-v2 when None.
         chunk_tokens: Chunk size in embedder tokens.
         chunk_overlap: Overlap between consecutive chunks, in tokens.
-        batch_size: Chunks embedded per batch.
+        batch_size: Chunks embedded and written per batch.
         progress: Show a progress bar on stderr.
         prune: Remove documents whose source is not among `documents`.
+        collection: The index name in a Postgres store.
+
+    Raises:
+        IndexLoadError: the index cannot be opened for writing (`open_writer`); a `PgStoreError` for Postgres.
     """
     embeddings = embeddings or default_embeddings()
-    sink = FaissSink(folder, embeddings, {"chunk_tokens": chunk_tokens, "chunk_overlap": chunk_overlap}, prune)
-    return stream_index(documents, sink, embeddings, chunk_tokens, chunk_overlap, batch_size, progress)
+    writer = open_writer(
+        target, embeddings, collection=collection, chunk_tokens=chunk_tokens, chunk_overlap=chunk_overlap, prune=prune
+    )
+    try:
+        return stream_index(documents, writer, embeddings, chunk_tokens, chunk_overlap, batch_size, progress)
+    finally:
+        writer.close()
 
 
 def default_index_dir(embedder: str | None = None) -> Path:

@@ -12,11 +12,11 @@ that package's fixed schema has no full-text column (so no lexical or hybrid ret
   under an HNSW index (`vector_cosine_ops`), and a generated `tsvector` (english) under a GIN index.
 - `fastcrag_documents`: per collection and source, the content hash and chunk ids (for upserts and `--prune`).
 
-Indexing (`PgSink`) writes whole documents per transaction: a changed document's old chunks are deleted and its
-new ones inserted in the same transaction, so a build killed at any point leaves the previous content queryable
-and the next run completes it. The first build of an empty collection loads the rows and builds the HNSW graph
-once at the end (several times faster than growing it row by row; search is exact until then, and a run after a
-killed first build makes the index). Every error names the store by its URL with the password redacted.
+Indexing (`PgWriter`, a `StoreWriter`) writes whole documents per transaction: a changed document's old chunks are
+deleted and its new ones inserted in the same transaction, so a build killed at any point leaves the previous content
+queryable and the next run completes it. The first build of an empty collection loads the rows and builds the HNSW
+graph once at the end (several times faster than growing it row by row; search is exact until then, and a run after
+a killed first build makes the index). Every error names the store by its URL with the password redacted.
 
 psycopg, psycopg-pool and pgvector (the optional `postgres` extra) are imported inside the functions that use them,
 so that this module imports without them.
@@ -37,21 +37,22 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
-from langchain_core.vectorstores import VectorStore
 
 from fastcrag.config.settings import (
     DEFAULT_EF_SEARCH,
     HNSW_BUILD_MEMORY_MB,
     HNSW_EF_CONSTRUCTION,
     HNSW_M,
+    is_postgres_url,
     redact_message,
     redact_url,
 )
-from fastcrag.retrieval.embeddings import setting_for
-from fastcrag.retrieval.indexing import BuildReport, ChunkBatch, DocumentEntry, stream_index
+from fastcrag.retrieval.embeddings import embedder_dimension, embedder_name, setting_for
+from fastcrag.retrieval.indexing import BuildReport, build_index
 from fastcrag.retrieval.lexical import _idf, words
 from fastcrag.retrieval.loaders import SourceDocument
 from fastcrag.retrieval.store import IndexLoadError
+from fastcrag.retrieval.writing import ChunkBatch, ChunkStore, DocumentEntry
 
 if TYPE_CHECKING:
     import psycopg
@@ -146,17 +147,6 @@ def _psycopg() -> Any:
             f"the Postgres store needs the `postgres` extra (pip install 'fastcrag[postgres]'): {exc}"
         ) from None
     return psycopg
-
-
-def embedder_name(embedding: Embeddings) -> str:
-    """The name an index records for its embedder."""
-    return str(getattr(embedding, "name", type(embedding).__name__))
-
-
-def embedder_dimension(embedding: Embeddings) -> int:
-    """The embedder's output width (asks it once when it does not say)."""
-    dim = getattr(embedding, "dimension", None)
-    return int(dim) if dim is not None else len(embedding.embed_query("dimension probe"))
 
 
 def connect(url: str) -> psycopg.Connection[Any]:
@@ -340,7 +330,7 @@ def _vector(values: Any) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(values, dtype=np.float32).reshape(-1))
 
 
-class PgStore(VectorStore):
+class PgStore(ChunkStore):
     """A collection in Postgres: pgvector HNSW (cosine) for dense search, full-text search for the lexical side.
 
     Implements `SearchableStore`, so `HybridRetriever` runs over it exactly as over `FaissStore`; documents carry
@@ -400,11 +390,6 @@ class PgStore(VectorStore):
         )
         self._pool.open(wait=False)
         self._finalizer = weakref.finalize(self, self._pool.close)
-
-    @property
-    def embeddings(self) -> Embeddings:
-        """The embedder."""
-        return self.embedding
 
     def close(self) -> None:
         """Close the connection pool."""
@@ -529,19 +514,6 @@ class PgStore(VectorStore):
             rows = conn.execute(query, {"q": _vector(vector), "k": k}).fetchall()
         return [(_document(row), float(row[4])) for row in rows]
 
-    def similarity_search(self, query: str, k: int = 4, **kwargs: Any) -> list[Document]:
-        """Top-k chunks by cosine similarity; each carries `bi_score` in its metadata."""
-        docs = []
-        for doc, score in self.similarity_search_with_score(query, k):
-            doc.metadata["bi_score"] = score
-            docs.append(doc)
-        return docs
-
-    def _similarity_search_with_relevance_scores(
-        self, query: str, k: int = 4, **kwargs: Any
-    ) -> list[tuple[Document, float]]:
-        return self.similarity_search_with_score(query, k, **kwargs)
-
     def lexical_search_with_score(self, query: str, k: int = 4) -> list[tuple[Document, float]]:
         """Top-k chunks by full-text rank (`ts_rank_cd`) for any of the question's words, with the rank."""
         from psycopg import sql
@@ -581,30 +553,11 @@ class PgStore(VectorStore):
 
         return idf
 
-    # -- writing (LangChain's interface; `fastcrag index` writes through `PgSink`) ------------------------
-    def add_texts(
-        self,
-        texts: Iterable[str],
-        metadatas: list[dict[str, Any]] | None = None,
-        *,
-        ids: list[str] | None = None,
-        **kwargs: Any,
-    ) -> list[str]:
-        """Embed and add texts as chunks (not tracked as documents); returns their ids."""
-        texts = list(texts)
-        if not texts:
-            return []
-        ids = list(ids) if ids is not None else [uuid.uuid4().hex for _ in texts]
-        metas = metadatas or [{} for _ in texts]
-        vectors = np.asarray(self.embedding.embed_documents(texts), dtype=np.float32)
-        rows = [
-            (cid, str(m.get("source", "")), str(m.get("title", "")), text, vec)
-            for cid, m, text, vec in zip(ids, metas, texts, vectors, strict=True)
-        ]
+    # -- writing (LangChain's interface; `fastcrag index` writes through `PgWriter`) ----------------------
+    def _add_chunks(self, texts: list[str], vectors: Any, metadatas: list[dict[str, Any]], ids: list[str]) -> None:
         with self._connection("adding chunks") as conn, conn.transaction():
-            added = _insert_chunks(conn, self.collection, rows)
+            added = _insert_chunks(conn, self.collection, _rows(ids, metadatas, texts, vectors))
             _count(conn, self.collection, added)
-        return ids
 
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
         """Remove chunks by id."""
@@ -618,26 +571,26 @@ class PgStore(VectorStore):
         return cur.rowcount > 0
 
     @classmethod
-    def from_texts(
-        cls,
-        texts: list[str],
-        embedding: Embeddings,
-        metadatas: list[dict[str, Any]] | None = None,
-        *,
-        ids: list[str] | None = None,
-        **kwargs: Any,
-    ) -> PgStore:
-        """Create (or open) collection `collection` in the store at `url` and add the texts."""
+    def empty(cls, embedding: Embeddings, **kwargs: Any) -> PgStore:
+        """Collection `collection` (default "default") in the store at `url`, created when missing."""
         if "url" not in kwargs:
             raise PgStoreError("PgStore.from_texts needs url=postgresql://...")
-        store = cls(kwargs["url"], embedding, kwargs.get("collection", "default"), create=True)
-        store.add_texts(texts, metadatas, ids=ids)
-        return store
+        return cls(kwargs["url"], embedding, kwargs.get("collection", "default"), create=True)
 
 
 def _document(row: Sequence[Any]) -> Document:
     chunk_id, source, title, text = row[0], row[1], row[2], row[3]
     return Document(page_content=text, metadata={"source": source, "title": title, "chunk_id": chunk_id})
+
+
+def _rows(
+    ids: Sequence[str], metadatas: Sequence[dict[str, Any]], texts: Sequence[str], vectors: Any
+) -> list[tuple[Any, ...]]:
+    """Chunk table rows: (chunk_id, source, title, text, vector)."""
+    return [
+        (cid, str(meta.get("source", "")), str(meta.get("title", "")), text, vec)
+        for cid, meta, text, vec in zip(ids, metadatas, texts, vectors, strict=True)
+    ]
 
 
 def _insert_chunks(conn: psycopg.Connection[Any], collection: Collection, rows: Sequence[tuple[Any, ...]]) -> int:
@@ -727,7 +680,7 @@ def build_hnsw_index(
     return f"maintenance_work_mem {memory}, max_parallel_maintenance_workers {workers}"
 
 
-class PgSink:
+class PgWriter:
     """Where `fastcrag index --store URL` writes: one collection, whole documents per transaction.
 
     Holds a session advisory lock on the collection for the whole build, so two builds never interleave (a killed
@@ -801,14 +754,6 @@ class PgSink:
         """Release the lock (with the session) and close the connection."""
         self._conn.close()
 
-    def __enter__(self) -> PgSink:
-        """Use the sink as a context manager that closes it."""
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        """Close the sink."""
-        self.close()
-
     def lookup(self, sources: Sequence[str]) -> dict[str, str]:
         """The stored content hash of each source the collection holds (marking them seen when pruning)."""
         if not sources:
@@ -833,10 +778,7 @@ class PgSink:
         c = self.collection
         table = sql.Identifier(c.table)
         sources = [d.source for d in documents]
-        rows = [
-            (cid, str(meta.get("source", "")), str(meta.get("title", "")), text, vec)
-            for cid, meta, text, vec in zip(batch.ids, batch.metadatas, batch.texts, batch.vectors, strict=True)
-        ]
+        rows = _rows(batch.ids, batch.metadatas, batch.texts, batch.vectors)
         with self._guard("writing a batch"), self._conn.transaction():
             old = self._conn.execute(
                 "SELECT source, hash, chunk_ids FROM fastcrag_documents WHERE collection_id = %s AND source = ANY(%s) "
@@ -900,28 +842,14 @@ def build_pg_index(
     url: str,
     embedding: Embeddings,
     collection: str = "default",
-    *,
-    chunk_tokens: int = 128,
-    chunk_overlap: int = 24,
-    batch_size: int = 256,
-    progress: bool = True,
-    prune: bool = False,
+    **options: Any,
 ) -> BuildReport:
-    """Add new or changed documents to a Postgres collection (created when missing), batch by batch.
-
-    Args:
-        documents: The documents; a source stored with the same text is skipped, with new text replaced.
-        url: The Postgres URL.
-        embedding: The embedder (recorded with the collection; another one is refused).
-        collection: The index name.
-        chunk_tokens: Chunk size in embedder tokens.
-        chunk_overlap: Overlap between consecutive chunks, in tokens.
-        batch_size: Chunks embedded and written per transaction.
-        progress: Show a progress bar on stderr.
-        prune: Remove documents whose source is not among `documents`.
+    """`build_index` into collection `collection` of the Postgres store at `url`; `options` as `build_index` takes.
 
     Raises:
-        PgStoreError: the store is unreachable, lacks pgvector, or the collection was built with another embedder.
+        PgStoreError: `url` is no Postgres URL, the store is unreachable, lacks pgvector, or the collection was built
+            with another embedder.
     """
-    with PgSink(url, embedding, collection, chunk_settings=(chunk_tokens, chunk_overlap), prune=prune) as sink:
-        return stream_index(documents, sink, embedding, chunk_tokens, chunk_overlap, batch_size, progress)
+    if not is_postgres_url(url):
+        raise PgStoreError(f"the Postgres store takes a Postgres URL (postgresql://...), not {redact_url(url)!r}")
+    return build_index(documents, url, embedding, collection=collection, **options)

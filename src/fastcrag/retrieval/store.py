@@ -7,21 +7,24 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
-from langchain_core.vectorstores import VectorStore
 
-from fastcrag.retrieval.embeddings import setting_for
+from fastcrag.retrieval.embeddings import embedder_dimension, embedder_name, setting_for
 from fastcrag.retrieval.lexical import FILE as LEXICAL_FILE
 from fastcrag.retrieval.lexical import LexicalIndex, LexicalIndexError
+from fastcrag.retrieval.writing import ChunkBatch, ChunkStore, DocumentEntry
+
+log = logging.getLogger(__name__)
 
 CURRENT = "CURRENT"
 # 2: a lexical index beside the FAISS one, and passages cleaned of markup before chunking.
@@ -36,7 +39,7 @@ class IndexFormatError(IndexLoadError):
     """The index was written by another format version of fastcrag; rebuild it."""
 
 
-class FaissStore(VectorStore):
+class FaissStore(ChunkStore):
     """Inner-product FAISS index over normalised embeddings, with its chunk store in step, row for row."""
 
     def __init__(
@@ -65,11 +68,6 @@ class FaissStore(VectorStore):
         self._lexical = lexical
         self.lexical_error = lexical_error
 
-    @property
-    def embeddings(self) -> Embeddings:
-        """The embedder."""
-        return self.embedding
-
     def _ensure_index(self, dim: int) -> Any:
         import faiss  # a native library (about 30 ms): loaded with the first index, not on import
 
@@ -90,40 +88,11 @@ class FaissStore(VectorStore):
         return len(self.chunks)
 
     # -- writing -----------------------------------------------------------------------------------------
-    def add_texts(
-        self,
-        texts: Iterable[str],
-        metadatas: list[dict[str, Any]] | None = None,
-        *,
-        ids: list[str] | None = None,
-        **kwargs: Any,
-    ) -> list[str]:
-        """Embed and add texts; returns their ids."""
-        texts = list(texts)
-        vectors = np.asarray(self.embedding.embed_documents(texts), dtype=np.float32)
-        return self.add_vectors(texts, vectors, metadatas, ids=ids)
-
-    def add_vectors(
-        self,
-        texts: Sequence[str],
-        vectors: Any,
-        metadatas: Sequence[dict[str, Any]] | None = None,
-        *,
-        ids: Sequence[str] | None = None,
-    ) -> list[str]:
-        """Add texts whose unit-norm embeddings were already computed."""
-        if len(texts) == 0:
-            return []
-        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-        if vectors.shape[0] != len(texts):
-            raise ValueError(f"{vectors.shape[0]} vectors for {len(texts)} texts")
-        ids = list(ids) if ids is not None else [uuid.uuid4().hex for _ in texts]
-        metadatas = list(metadatas) if metadatas is not None else [{} for _ in texts]
+    def _add_chunks(self, texts: list[str], vectors: Any, metadatas: list[dict[str, Any]], ids: list[str]) -> None:
         self._ensure_index(vectors.shape[1]).add(vectors)
         self._lexical, self.lexical_error = None, None  # rebuilt from the chunks when next needed
         for text, meta, chunk_id in zip(texts, metadatas, ids, strict=True):
             self.chunks.append({"id": chunk_id, "text": text, "metadata": {**meta, "chunk_id": chunk_id}})
-        return ids
 
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
         """Remove chunks by id (rebuilds the flat index from its stored vectors)."""
@@ -184,33 +153,10 @@ class FaissStore(VectorStore):
             out.append((Document(page_content=chunk["text"], metadata=dict(chunk["metadata"])), score))
         return out
 
-    def _similarity_search_with_relevance_scores(
-        self, query: str, k: int = 4, **kwargs: Any
-    ) -> list[tuple[Document, float]]:
-        return self.similarity_search_with_score(query, k, **kwargs)
-
-    def similarity_search(self, query: str, k: int = 4, **kwargs: Any) -> list[Document]:
-        """Top-k chunks by cosine similarity; each carries `bi_score` in its metadata."""
-        docs = []
-        for doc, score in self.similarity_search_with_score(query, k, **kwargs):
-            doc.metadata["bi_score"] = score
-            docs.append(doc)
-        return docs
-
     @classmethod
-    def from_texts(
-        cls,
-        texts: list[str],
-        embedding: Embeddings,
-        metadatas: list[dict[str, Any]] | None = None,
-        *,
-        ids: list[str] | None = None,
-        **kwargs: Any,
-    ) -> FaissStore:
-        """Build a store from texts."""
-        store = cls(embedding)
-        store.add_texts(texts, metadatas, ids=ids)
-        return store
+    def empty(cls, embedding: Embeddings, **kwargs: Any) -> FaissStore:
+        """A new store in memory."""
+        return cls(embedding)
 
     # -- persistence -------------------------------------------------------------------------------------
     def save(self, folder: str | Path, meta: dict[str, Any] | None = None) -> Path:
@@ -225,7 +171,7 @@ class FaissStore(VectorStore):
         folder.mkdir(parents=True, exist_ok=True)
         staging = folder / f".tmp-{uuid.uuid4().hex}"
         staging.mkdir()
-        index = self._index if self._index is not None else faiss.IndexFlatIP(_dimension(self.embedding))
+        index = self._index if self._index is not None else faiss.IndexFlatIP(embedder_dimension(self.embedding))
         faiss.write_index(index, str(staging / "index.faiss"))
         if self.lexical_error is not None:  # a damaged lexical index is rebuilt from the chunks
             self._lexical, self.lexical_error = None, None
@@ -237,7 +183,7 @@ class FaissStore(VectorStore):
             "format": FORMAT_VERSION,
             "count": len(self.chunks),
             "dim": int(index.d),
-            "embedder": getattr(self.embedding, "name", type(self.embedding).__name__),
+            "embedder": embedder_name(self.embedding),
             "documents": self.documents,
             **(meta or {}),
         }
@@ -310,9 +256,65 @@ class FaissStore(VectorStore):
         return cls(embedding, index, chunks, manifest.get("documents", {}), lexical, lexical_error)
 
 
-def _dimension(embedding: Embeddings) -> int:
-    dim = getattr(embedding, "dimension", None)
-    return int(dim) if dim is not None else len(embedding.embed_query("dimension probe"))
+class FaissWriter:
+    """How an index build writes a FAISS folder: the store in memory, saved as a new version when the build ends.
+
+    A build killed before `finish` leaves the folder's previous version current (`FaissStore.save`).
+    """
+
+    def __init__(self, folder: Path, embeddings: Embeddings, meta: dict[str, Any], prune: bool = False) -> None:
+        """Load the index in `folder` (a new one when there is none or it has an older format).
+
+        Raises:
+            IndexLoadError: the folder holds an index that is damaged or was built with another embedder.
+        """
+        self.folder = folder
+        self.meta = meta
+        self.prune_unseen = prune
+        self.seen: set[str] = set()
+        try:
+            self.store = FaissStore.load(folder, embeddings)
+        except IndexFormatError as exc:
+            log.warning("%s: re-indexing every document", exc)
+            self.store = FaissStore(embeddings)
+        except IndexLoadError:
+            if (folder / CURRENT).exists():
+                raise
+            self.store = FaissStore(embeddings)
+
+    def close(self) -> None:
+        """Nothing to release: an unfinished build is dropped with the store in memory."""
+
+    def lookup(self, sources: Sequence[str]) -> dict[str, str]:
+        """The stored hashes of these sources."""
+        if self.prune_unseen:
+            self.seen.update(sources)
+        docs = self.store.documents
+        return {s: str(docs[s]["hash"]) for s in sources if s in docs}
+
+    def write(self, documents: Sequence[DocumentEntry], batch: ChunkBatch) -> None:
+        """Drop the documents' old chunks and add the new ones (in memory until `finish`)."""
+        known = self.store.documents
+        self.store.delete([cid for d in documents if d.source in known for cid in known[d.source]["ids"]])
+        for d in documents:
+            known[d.source] = {"hash": d.digest, "ids": list(d.chunk_ids)}
+        self.store.add_vectors(batch.texts, batch.vectors, batch.metadatas, ids=batch.ids)
+
+    def prune(self) -> int:
+        """Drop the documents not seen in this run (when pruning)."""
+        if not self.prune_unseen:
+            return 0
+        gone = [s for s in self.store.documents if s not in self.seen]
+        self.store.delete([cid for s in gone for cid in self.store.documents[s]["ids"]])
+        for s in gone:
+            del self.store.documents[s]
+        return len(gone)
+
+    def finish(self, changed: bool) -> int:
+        """Save a new version when anything changed (or the lexical index needs repair, or there is none yet)."""
+        if changed or self.store.lexical_error or not (self.folder / CURRENT).exists():
+            self.store.save(self.folder, meta=self.meta)
+        return len(self.store)
 
 
 def _fsync(path: Path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -32,7 +33,9 @@ class ThreadRecord:
 class ThreadRecords(Protocol):
     """Where thread records are kept (the background-run queue shares the database: `execute`, `placeholder`)."""
 
-    placeholder: str
+    @property
+    def placeholder(self) -> str:
+        """The driver's parameter mark (`%s` or `?`)."""
 
     async def execute(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
         """Run one statement; its rows."""
@@ -122,10 +125,204 @@ def _record(row: Any) -> ThreadRecord:
     )
 
 
-class PostgresThreadRecords:
+COLUMNS = "thread_id, created_at, updated_at, metadata"
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """What the thread records' SQL says differently on Postgres and SQLite; the statements are written once.
+
+    Statements use `?` for parameters; `sql` puts the driver's placeholder in. Postgres keeps times as `timestamptz`
+    on the database's clock (workers' clocks need not agree) and metadata as `jsonb`, matched and merged in SQL;
+    SQLite (one machine's file) keeps ISO text and epoch seconds from this machine's clock, and JSON text that is
+    matched and merged here.
+    """
+
+    placeholder: str
+    time_type: str
+    json_type: str
+    json_mark: str
+    """The parameter mark of a JSON value."""
+    expiry_type: str
+    postgres: bool
+
+    def sql(self, statement: str) -> str:
+        """The statement with the driver's placeholder."""
+        return statement.replace("?", self.placeholder)
+
+    def now(self) -> Any:
+        """The current time as a `time_type` value."""
+        return _now() if self.postgres else _now().isoformat()
+
+    def clock(self) -> tuple[str, tuple[Any, ...]]:
+        """The lease clock's current time: SQL and its parameters."""
+        return ("clock_timestamp()", ()) if self.postgres else ("?", (time.time(),))
+
+    def expiry(self, seconds: float) -> tuple[str, tuple[Any, ...]]:
+        """A lease's expiry `seconds` from now on the lease clock: SQL and its parameters."""
+        if self.postgres:
+            return "clock_timestamp() + make_interval(secs => ?)", (float(seconds),)
+        return "?", (time.time() + seconds,)
+
+    def any_of(self, values: list[str]) -> tuple[str, tuple[Any, ...]]:
+        """`IN` these values: SQL (after the column) and its parameters."""
+        if self.postgres:
+            return "= ANY(?)", (values,)
+        return f"IN ({', '.join('?' for _ in values)})", tuple(values)
+
+
+POSTGRES = Dialect("%s", "TIMESTAMPTZ", "JSONB NOT NULL DEFAULT '{}'::jsonb", "?::jsonb", "TIMESTAMPTZ", postgres=True)
+SQLITE = Dialect("?", "TEXT", "TEXT NOT NULL DEFAULT '{}'", "?", "REAL", postgres=False)
+
+
+class SqlThreadRecords(ABC):
+    """`ThreadRecords` in a SQL database; a subclass brings its `dialect` and `_execute` (connections, commits)."""
+
+    dialect: Dialect
+
+    @property
+    def placeholder(self) -> str:
+        """The driver's parameter mark (the background-run queue writes its SQL with it)."""
+        return self.dialect.placeholder
+
+    @abstractmethod
+    async def execute(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+        """Run one statement (parameters marked with the driver's placeholder); its rows as tuples, in column order."""
+
+    async def _run(self, statement: str, *params: Any) -> list[Any]:
+        """Run one statement written with `?` marks."""
+        return await self.execute(self.dialect.sql(statement), params)
+
+    async def setup(self) -> None:
+        """Create the tables when missing (safe to run from several workers at once)."""
+        d = self.dialect
+        statements = [
+            f"CREATE TABLE IF NOT EXISTS {TABLE} (thread_id TEXT PRIMARY KEY, created_at {d.time_type} NOT NULL, "
+            f"updated_at {d.time_type} NOT NULL, metadata {d.json_type})",
+            f"CREATE TABLE IF NOT EXISTS {RUNS} (thread_id TEXT PRIMARY KEY, run_id TEXT NOT NULL, "
+            f"expires_at {d.expiry_type} NOT NULL)",
+        ]
+        if d.postgres:  # an advisory lock keeps concurrent workers from racing on the catalogue
+            statements = [
+                "DO $$ BEGIN PERFORM pg_advisory_xact_lock(hashtext('fastcrag_threads_setup')); "
+                + "; ".join(statements)
+                + "; END $$"
+            ]
+        for statement in statements:
+            await self._run(statement)
+
+    async def create(self, thread_id: str, metadata: dict[str, Any]) -> ThreadRecord | None:
+        """Insert a thread; None when it exists."""
+        now = self.dialect.now()
+        rows = await self._run(
+            f"INSERT INTO {TABLE} ({COLUMNS}) VALUES (?, ?, ?, {self.dialect.json_mark}) "
+            f"ON CONFLICT (thread_id) DO NOTHING RETURNING {COLUMNS}",
+            thread_id,
+            now,
+            now,
+            json.dumps(metadata),
+        )
+        return _record(rows[0]) if rows else None
+
+    async def get(self, thread_id: str) -> ThreadRecord | None:
+        """The thread's record, or None."""
+        rows = await self._run(f"SELECT {COLUMNS} FROM {TABLE} WHERE thread_id = ?", thread_id)
+        return _record(rows[0]) if rows else None
+
+    async def claim(self, thread_id: str, run_id: str, seconds: float) -> bool:
+        """Take the lease (on the dialect's lease clock)."""
+        expiry, expiry_params = self.dialect.expiry(seconds)
+        clock, clock_params = self.dialect.clock()
+        rows = await self._run(
+            f"INSERT INTO {RUNS} (thread_id, run_id, expires_at) VALUES (?, ?, {expiry}) ON CONFLICT (thread_id) "
+            f"DO UPDATE SET run_id = excluded.run_id, expires_at = excluded.expires_at "
+            f"WHERE {RUNS}.expires_at < {clock} RETURNING run_id",
+            thread_id,
+            run_id,
+            *expiry_params,
+            *clock_params,
+        )
+        return bool(rows)
+
+    async def release(self, thread_id: str, run_id: str) -> None:
+        """Give back the lease."""
+        await self._run(f"DELETE FROM {RUNS} WHERE thread_id = ? AND run_id = ?", thread_id, run_id)
+
+    async def search(self, query: ThreadQuery) -> list[ThreadRecord]:
+        """Matching records (JSON containment, Postgres's `@>`), sorted and paginated.
+
+        Postgres matches, sorts and pages in the database; SQLite's records are matched and paged here.
+        """
+        where: list[str] = []
+        params: list[Any] = []
+        if query.ids:
+            ids_sql, ids_params = self.dialect.any_of(list(query.ids))
+            where.append(f"thread_id {ids_sql}")
+            params.extend(ids_params)
+        if not self.dialect.postgres:
+            found = [r for r in await self._select(where, params) if contains(r.metadata, query.metadata)]
+            found.sort(key=lambda r: r.thread_id)
+            found.sort(key=lambda r: getattr(r, query.sort_by), reverse=query.descending)
+            return found[query.offset : query.offset + query.limit]
+        order = f"{query.sort_by} {'DESC' if query.descending else 'ASC'}, thread_id"  # sort_by is checked: SORTABLE
+        where.insert(0, f"metadata @> {self.dialect.json_mark}")
+        params.insert(0, json.dumps(query.metadata))
+        return await self._select(where, [*params, query.limit, query.offset], f" ORDER BY {order} LIMIT ? OFFSET ?")
+
+    async def _select(self, where: list[str], params: list[Any], tail: str = "") -> list[ThreadRecord]:
+        condition = f" WHERE {' AND '.join(where)}" if where else ""
+        return [_record(r) for r in await self._run(f"SELECT {COLUMNS} FROM {TABLE}{condition}{tail}", *params)]
+
+    async def count(self, metadata: dict[str, Any]) -> int:
+        """How many records hold `metadata`."""
+        if not self.dialect.postgres:
+            return sum(contains(r.metadata, metadata) for r in await self._select([], []))
+        rows = await self._run(
+            f"SELECT count(*) FROM {TABLE} WHERE metadata @> {self.dialect.json_mark}", json.dumps(metadata)
+        )
+        return int(rows[0][0])
+
+    async def update(self, thread_id: str, metadata: dict[str, Any]) -> ThreadRecord | None:
+        """Merge `metadata` (top-level keys) and set `updated_at`; None when there is no such record."""
+        if self.dialect.postgres:
+            merged, value = f"metadata || {self.dialect.json_mark}", metadata
+        else:
+            record = await self.get(thread_id)
+            if record is None:
+                return None
+            merged, value = self.dialect.json_mark, {**record.metadata, **metadata}
+        rows = await self._run(
+            f"UPDATE {TABLE} SET metadata = {merged}, updated_at = ? WHERE thread_id = ? RETURNING {COLUMNS}",
+            json.dumps(value),
+            self.dialect.now(),
+            thread_id,
+        )
+        return _record(rows[0]) if rows else None
+
+    async def delete(self, thread_id: str) -> bool:
+        """Remove the record and its lease."""
+        rows = await self._run(f"DELETE FROM {TABLE} WHERE thread_id = ? RETURNING thread_id", thread_id)
+        await self._run(f"DELETE FROM {RUNS} WHERE thread_id = ?", thread_id)
+        return bool(rows)
+
+    async def busy(self, thread_ids: list[str]) -> set[str]:
+        """Threads whose lease is held (on the lease clock)."""
+        if not thread_ids:
+            return set()
+        ids_sql, ids_params = self.dialect.any_of(thread_ids)
+        clock, clock_params = self.dialect.clock()
+        rows = await self._run(
+            f"SELECT thread_id FROM {RUNS} WHERE thread_id {ids_sql} AND expires_at >= {clock}",
+            *ids_params,
+            *clock_params,
+        )
+        return {str(r[0]) for r in rows}
+
+
+class PostgresThreadRecords(SqlThreadRecords):
     """Thread records in the Postgres database of an `AsyncPostgresSaver` (its pool or connection)."""
 
-    placeholder = "%s"
+    dialect = POSTGRES
 
     def __init__(self, conn: Any) -> None:
         """Use `conn`: a psycopg `AsyncConnectionPool` or `AsyncConnection`."""
@@ -146,95 +343,11 @@ class PostgresThreadRecords:
                 rows = list(await cur.fetchall()) if cur.description else []
         return [tuple(r.values()) if isinstance(r, dict) else tuple(r) for r in rows]
 
-    async def setup(self) -> None:
-        """Create the table; an advisory lock keeps concurrent workers from racing on the catalogue."""
-        await self.execute(
-            "DO $$ BEGIN PERFORM pg_advisory_xact_lock(hashtext('fastcrag_threads_setup')); "
-            f"CREATE TABLE IF NOT EXISTS {TABLE} (thread_id TEXT PRIMARY KEY, "
-            "created_at TIMESTAMPTZ NOT NULL, updated_at TIMESTAMPTZ NOT NULL, "
-            "metadata JSONB NOT NULL DEFAULT '{}'::jsonb); "
-            f"CREATE TABLE IF NOT EXISTS {RUNS} (thread_id TEXT PRIMARY KEY, run_id TEXT NOT NULL, "
-            "expires_at TIMESTAMPTZ NOT NULL); END $$"
-        )
 
-    async def create(self, thread_id: str, metadata: dict[str, Any]) -> ThreadRecord | None:
-        """Insert a thread; None when it exists."""
-        now = _now()
-        rows = await self.execute(
-            f"INSERT INTO {TABLE} (thread_id, created_at, updated_at, metadata) VALUES (%s, %s, %s, %s::jsonb) "
-            "ON CONFLICT (thread_id) DO NOTHING RETURNING thread_id, created_at, updated_at, metadata",
-            (thread_id, now, now, json.dumps(metadata)),
-        )
-        return _record(rows[0]) if rows else None
-
-    async def get(self, thread_id: str) -> ThreadRecord | None:
-        """The thread's record, or None."""
-        rows = await self.execute(
-            f"SELECT thread_id, created_at, updated_at, metadata FROM {TABLE} WHERE thread_id = %s", (thread_id,)
-        )
-        return _record(rows[0]) if rows else None
-
-    async def claim(self, thread_id: str, run_id: str, seconds: float) -> bool:
-        """Take the lease (times on the database's clock, so workers' clocks need not agree)."""
-        rows = await self.execute(
-            f"INSERT INTO {RUNS} (thread_id, run_id, expires_at) "
-            "VALUES (%s, %s, clock_timestamp() + make_interval(secs => %s)) ON CONFLICT (thread_id) DO UPDATE "
-            "SET run_id = excluded.run_id, expires_at = excluded.expires_at "
-            f"WHERE {RUNS}.expires_at < clock_timestamp() RETURNING run_id",
-            (thread_id, run_id, float(seconds)),
-        )
-        return bool(rows)
-
-    async def release(self, thread_id: str, run_id: str) -> None:
-        """Give back the lease."""
-        await self.execute(f"DELETE FROM {RUNS} WHERE thread_id = %s AND run_id = %s", (thread_id, run_id))
-
-    async def search(self, query: ThreadQuery) -> list[ThreadRecord]:
-        """Matching records (`metadata @>`), sorted and paginated in the database."""
-        order = f"{query.sort_by} {'DESC' if query.descending else 'ASC'}, thread_id"  # sort_by is checked: SORTABLE
-        ids = " AND thread_id = ANY(%s)" if query.ids else ""
-        rows = await self.execute(
-            f"SELECT thread_id, created_at, updated_at, metadata FROM {TABLE} WHERE metadata @> %s::jsonb{ids} "
-            f"ORDER BY {order} LIMIT %s OFFSET %s",
-            (json.dumps(query.metadata), *([list(query.ids)] if query.ids else []), query.limit, query.offset),
-        )
-        return [_record(r) for r in rows]
-
-    async def count(self, metadata: dict[str, Any]) -> int:
-        """How many records hold `metadata`."""
-        rows = await self.execute(f"SELECT count(*) FROM {TABLE} WHERE metadata @> %s::jsonb", (json.dumps(metadata),))
-        return int(rows[0][0])
-
-    async def update(self, thread_id: str, metadata: dict[str, Any]) -> ThreadRecord | None:
-        """Merge `metadata` (top-level keys) and set `updated_at`."""
-        rows = await self.execute(
-            f"UPDATE {TABLE} SET metadata = metadata || %s::jsonb, updated_at = %s WHERE thread_id = %s "
-            "RETURNING thread_id, created_at, updated_at, metadata",
-            (json.dumps(metadata), _now(), thread_id),
-        )
-        return _record(rows[0]) if rows else None
-
-    async def delete(self, thread_id: str) -> bool:
-        """Remove the record and its lease."""
-        rows = await self.execute(f"DELETE FROM {TABLE} WHERE thread_id = %s RETURNING thread_id", (thread_id,))
-        await self.execute(f"DELETE FROM {RUNS} WHERE thread_id = %s", (thread_id,))
-        return bool(rows)
-
-    async def busy(self, thread_ids: list[str]) -> set[str]:
-        """Threads whose lease is held (the database's clock)."""
-        if not thread_ids:
-            return set()
-        rows = await self.execute(
-            f"SELECT thread_id FROM {RUNS} WHERE thread_id = ANY(%s) AND expires_at >= clock_timestamp()",
-            (thread_ids,),
-        )
-        return {str(r[0]) for r in rows}
-
-
-class SqliteThreadRecords:
+class SqliteThreadRecords(SqlThreadRecords):
     """Thread records in the SQLite file of an `AsyncSqliteSaver`, sharing its connection and lock."""
 
-    placeholder = "?"
+    dialect = SQLITE
 
     def __init__(self, conn: Any, lock: Any) -> None:
         """Use the saver's aiosqlite connection and its `asyncio.Lock`."""
@@ -249,98 +362,6 @@ class SqliteThreadRecords:
             await cursor.close()
             await self._conn.commit()
             return rows
-
-    async def setup(self) -> None:
-        """Create the table when missing."""
-        await self.execute(
-            f"CREATE TABLE IF NOT EXISTS {TABLE} (thread_id TEXT PRIMARY KEY, created_at TEXT NOT NULL, "
-            "updated_at TEXT NOT NULL, metadata TEXT NOT NULL DEFAULT '{}')"
-        )
-        await self.execute(
-            f"CREATE TABLE IF NOT EXISTS {RUNS} (thread_id TEXT PRIMARY KEY, run_id TEXT NOT NULL, "
-            "expires_at REAL NOT NULL)"
-        )
-
-    async def create(self, thread_id: str, metadata: dict[str, Any]) -> ThreadRecord | None:
-        """Insert a thread; None when it exists."""
-        now = _now().isoformat()
-        rows = await self.execute(
-            f"INSERT INTO {TABLE} (thread_id, created_at, updated_at, metadata) VALUES (?, ?, ?, ?) "
-            "ON CONFLICT (thread_id) DO NOTHING RETURNING thread_id, created_at, updated_at, metadata",
-            (thread_id, now, now, json.dumps(metadata)),
-        )
-        return _record(rows[0]) if rows else None
-
-    async def get(self, thread_id: str) -> ThreadRecord | None:
-        """The thread's record, or None."""
-        rows = await self.execute(
-            f"SELECT thread_id, created_at, updated_at, metadata FROM {TABLE} WHERE thread_id = ?", (thread_id,)
-        )
-        return _record(rows[0]) if rows else None
-
-    async def claim(self, thread_id: str, run_id: str, seconds: float) -> bool:
-        """Take the lease (one machine: its clock)."""
-        now = time.time()
-        rows = await self.execute(
-            f"INSERT INTO {RUNS} (thread_id, run_id, expires_at) VALUES (?, ?, ?) ON CONFLICT (thread_id) DO UPDATE "
-            f"SET run_id = excluded.run_id, expires_at = excluded.expires_at WHERE {RUNS}.expires_at < ? "
-            "RETURNING run_id",
-            (thread_id, run_id, now + seconds, now),
-        )
-        return bool(rows)
-
-    async def release(self, thread_id: str, run_id: str) -> None:
-        """Give back the lease."""
-        await self.execute(f"DELETE FROM {RUNS} WHERE thread_id = ? AND run_id = ?", (thread_id, run_id))
-
-    async def _all(self) -> list[ThreadRecord]:
-        rows = await self.execute(f"SELECT thread_id, created_at, updated_at, metadata FROM {TABLE}")
-        return [_record(r) for r in rows]
-
-    async def search(self, query: ThreadQuery) -> list[ThreadRecord]:
-        """Matching records (JSON containment, as Postgres's `@>`), sorted and paginated here (one machine's file)."""
-        wanted = set(query.ids)
-        found = [
-            r
-            for r in await self._all()
-            if contains(r.metadata, query.metadata) and (not wanted or r.thread_id in wanted)
-        ]
-        found.sort(key=lambda r: r.thread_id)
-        found.sort(key=lambda r: getattr(r, query.sort_by), reverse=query.descending)
-        return found[query.offset : query.offset + query.limit]
-
-    async def count(self, metadata: dict[str, Any]) -> int:
-        """How many records hold `metadata`."""
-        return sum(contains(r.metadata, metadata) for r in await self._all())
-
-    async def update(self, thread_id: str, metadata: dict[str, Any]) -> ThreadRecord | None:
-        """Merge `metadata` (top-level keys) and set `updated_at`."""
-        record = await self.get(thread_id)
-        if record is None:
-            return None
-        merged = {**record.metadata, **metadata}
-        rows = await self.execute(
-            f"UPDATE {TABLE} SET metadata = ?, updated_at = ? WHERE thread_id = ? "
-            "RETURNING thread_id, created_at, updated_at, metadata",
-            (json.dumps(merged), _now().isoformat(), thread_id),
-        )
-        return _record(rows[0]) if rows else None
-
-    async def delete(self, thread_id: str) -> bool:
-        """Remove the record and its lease."""
-        rows = await self.execute(f"DELETE FROM {TABLE} WHERE thread_id = ? RETURNING thread_id", (thread_id,))
-        await self.execute(f"DELETE FROM {RUNS} WHERE thread_id = ?", (thread_id,))
-        return bool(rows)
-
-    async def busy(self, thread_ids: list[str]) -> set[str]:
-        """Threads whose lease is held."""
-        if not thread_ids:
-            return set()
-        marks = ", ".join("?" for _ in thread_ids)
-        rows = await self.execute(
-            f"SELECT thread_id FROM {RUNS} WHERE thread_id IN ({marks}) AND expires_at >= ?", (*thread_ids, time.time())
-        )
-        return {str(r[0]) for r in rows}
 
 
 def thread_records(saver: Any) -> ThreadRecords:
