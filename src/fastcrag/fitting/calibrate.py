@@ -22,6 +22,7 @@ from fastcrag.grading.bands import band_of
 from fastcrag.grading.conditions import conditioned, named_conditions, with_conditions_changed
 from fastcrag.grading.reader import is_reader
 from fastcrag.grading.reranker import CachingReranker, Reranker, checked_scores
+from fastcrag.measures import auc
 from fastcrag.retrieval.embeddings import default_embeddings
 from fastcrag.retrieval.store import FaissStore
 from fastcrag.retrieval.text import chunk_text, split_sentences
@@ -173,16 +174,6 @@ def observe(
             Observation(q.kind, ranked[0][0] if ranked else 0.0, top_chunk, strip_chunk or top_chunk, span_score)
         )
     return out
-
-
-def auc(positive: list[float], negative: list[float]) -> float:
-    """Area under the ROC curve: P(score of a positive > score of a negative), ties counted half."""
-    if not positive or not negative:
-        return float("nan")
-    pos, neg = np.asarray(positive), np.asarray(negative)
-    greater = (pos[:, None] > neg[None, :]).sum()
-    ties = (pos[:, None] == neg[None, :]).sum()
-    return float((greater + 0.5 * ties) / (len(pos) * len(neg)))
 
 
 def choose_threshold(

@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 
 from fastcrag.fileio import write_json_atomic
+from fastcrag.measures import auc_of_labels
 from fastcrag.modelmeta import read_model_meta
 from fastcrag.training.model import build_model, save_model, span_allowed
 from fastcrag.training.train import (
     TrainConfig,
-    _auc,
     _encoded_pool,
     _prepare_pool,
     make_optimizer,
@@ -202,8 +202,8 @@ def agreement(
     gap = np.abs(student - teacher)
     return {
         "pairs": len(sample),
-        "auc_student": round(_auc(labels, student.tolist()), 4),
-        "auc_teacher": round(_auc(labels, teacher.tolist()), 4),
+        "auc_student": round(auc_of_labels(labels, student.tolist()), 4),
+        "auc_teacher": round(auc_of_labels(labels, teacher.tolist()), 4),
         "mean_abs_score_gap": round(float(gap.mean()), 4),
         "p95_abs_score_gap": round(float(np.quantile(gap, 0.95)), 4),
         "teacher_seconds": round(time.time() - t0, 1),

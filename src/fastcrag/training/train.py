@@ -23,6 +23,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from fastcrag.grading.reader import span_margins
+from fastcrag.measures import auc_of_labels
 from fastcrag.modelmeta import write_model_meta
 from fastcrag.retrieval.embeddings import packaged_minilm_path
 from fastcrag.training.data import Pair, PoolConfig, build_pool, pool_summary, read_pairs, write_pairs
@@ -217,18 +218,6 @@ def _prepare_pool(cfg: TrainConfig, out: Path) -> tuple[list[Pair], list[Pair]]:
     return train, dev
 
 
-def _auc(labels: Sequence[float], scores: Sequence[float]) -> float:
-    """ROC AUC by the rank-sum formula (ties count half); NaN when a class is missing."""
-    from scipy.stats import rankdata
-
-    y = np.asarray(labels) >= 0.5
-    n_pos, n_neg = int(y.sum()), int((~y).sum())
-    if not n_pos or not n_neg:
-        return float("nan")
-    r = rankdata(np.asarray(scores, dtype=np.float64))
-    return float((r[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
-
-
 @dataclass(frozen=True)
 class Encoded:
     """Tokenised pairs with their reader targets ((0, 0) = no answer; -100 = no span to learn from)."""
@@ -384,7 +373,7 @@ def evaluate_dev(
     held = range(half, len(sample))
     res: dict[str, Any] = {"pairs": len(sample), "fusion_fit_pairs": half, "fusion": fusion}
     for name, vals in (("relevance", rel), ("span", margin), ("grade", grade)):
-        res[f"auc_{name}"] = _auc([labels[i] for i in held], [vals[i] for i in held])
+        res[f"auc_{name}"] = auc_of_labels([labels[i] for i in held], [vals[i] for i in held])
     groups: dict[str, list[int]] = {}
     for i in held:
         p = sample[i]
@@ -395,7 +384,7 @@ def evaluate_dev(
         elif kind in ("deleted", "perturbed", "relation", "same_article", "swap", "unanswerable"):
             groups.setdefault("own_vs_hard", []).append(i)
     for fam, idx in sorted(groups.items()):
-        a = _auc([labels[i] for i in idx], [grade[i] for i in idx])
+        a = auc_of_labels([labels[i] for i in idx], [grade[i] for i in idx])
         if not math.isnan(a):
             res[f"auc_grade_{fam}"] = a
     return res, fusion
