@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from fastcrag.config.calibration import Calibration
+from fastcrag.config.calibration import Calibration, CalibrationSample
 from fastcrag.datasets import LabelledQuestion, question_pools, sample
 from fastcrag.fileio import write_json_atomic
 from fastcrag.fitting.labels import holds_answer
@@ -422,6 +422,9 @@ def calibrate(
         condition_factor=factor,
         data=f"{squad.name} (corpus: its {len(docs)} paragraphs; answerable, unanswerable); "
         f"off-corpus: {off_corpus.name} articles not in the corpus; {per_class} questions per class, seed {seed}",
+        sample=CalibrationSample(
+            questions=squad.name, classes=list(pool), off_corpus=off_corpus.name, per_class=per_class, seed=seed
+        ),
         objective=f"{objective}; crag_upper: lowest score above which refinement moves the best evidence to "
         f"another chunk for <= {tolerance:.0%} of questions; {factor_objective}",
         created=dt.date.today().isoformat(),
