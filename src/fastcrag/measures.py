@@ -7,11 +7,12 @@ from collections.abc import Collection, Sequence
 from typing import Literal
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 __all__ = ["auc", "auc_of_labels", "ndcg", "ndcg_at_k", "percentile"]
 
 
-def auc(positive: Sequence[float], negative: Sequence[float]) -> float:
+def auc(positive: ArrayLike, negative: ArrayLike) -> float:
     """ROC AUC: the chance that a positive scores above a negative, ties counted half (Mann-Whitney U / (n+ n-)).
 
     The count is exact (integers and halves), so the result does not depend on how it is computed: by rank sums or
@@ -29,7 +30,7 @@ def auc(positive: Sequence[float], negative: Sequence[float]) -> float:
     return float((below.sum() + 0.5 * tied.sum()) / (pos.size * neg.size))
 
 
-def auc_of_labels(labels: Sequence[float], scores: Sequence[float]) -> float:
+def auc_of_labels(labels: ArrayLike, scores: ArrayLike) -> float:
     """ROC AUC of `scores`, a label of at least 0.5 marking a positive (soft labels included); NaN for one class."""
     y = np.asarray(labels, dtype=np.float64) >= 0.5
     s = np.asarray(scores, dtype=np.float64)

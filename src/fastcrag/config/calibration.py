@@ -29,7 +29,8 @@ class CalibrationSample(BaseModel):
     questions: str | None = Field(None, description="The labelled questions: a dataset or file name.")
     classes: list[str] = Field(default_factory=list, description="The question classes, in sampling order.")
     off_corpus: str | None = Field(
-        None, description="`fastcrag calibrate`: the dataset whose articles outside the corpus ask the off-corpus class."
+        None,
+        description="`fastcrag calibrate`: the dataset whose articles outside the corpus ask the off-corpus class.",
     )
     per_class: int | None = Field(
         None,

@@ -28,6 +28,7 @@ from fastcrag.grading.reranker import Reranker, calibration_for, default_reranke
 from fastcrag.retrieval.embeddings import default_embeddings
 from fastcrag.retrieval.store import FORMAT_VERSION, FaissStore, IndexLoadError
 
+
 def question_id(q: LabelledQuestion) -> str:
     """A stable id for a labelled question (class, paragraph and text)."""
     return hashlib.sha256(f"{q.kind}\x1f{q.source}\x1f{q.question}".encode()).hexdigest()[:12]
@@ -125,9 +126,6 @@ def squad_setup(
 def squad_store(docs: list[Any], chunk_tokens: int, chunk_overlap: int) -> FaissStore:
     """The in-memory FAISS store over the SQuAD paragraphs, chunked as `fastcrag index` chunks."""
     return build_corpus_store(docs, chunk_tokens, chunk_overlap)
-
-
-DEFAULT_INDEX_CACHE = Path("~/.cache/fastcrag/eval-index")
 
 
 def cached_corpus_store(

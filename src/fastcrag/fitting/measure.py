@@ -252,7 +252,9 @@ def order_curve(
             texts = [c.text for c in view]
             lists.append((item, view, checked_scores(grader, item.question.question, texts, condition_factor)))
     return {
-        w: round(float(np.mean([ndcg(_judged(it, fused_order(sc, w), v), ORDER_DEPTH) for it, v, sc in lists])), 4) if lists else 0.0
+        w: round(float(np.mean([ndcg(_judged(it, fused_order(sc, w), v), ORDER_DEPTH) for it, v, sc in lists])), 4)
+        if lists
+        else 0.0
         for w in WEIGHTS
     }
 
