@@ -22,6 +22,7 @@ import numpy as np
 from fastcrag.config.settings import SHARED_DATA
 from fastcrag.datasets import read_qrels, read_queries
 from fastcrag.evaluation.retrieval import evaluate
+from fastcrag.measures import percentile
 from fastcrag.retrieval.embeddings import Embedder, OnnxEmbeddings, SentenceTransformerEmbeddings
 from fastcrag.retrieval.loaders import python_reference
 from fastcrag.retrieval.text import chunk_text
@@ -39,11 +40,6 @@ QUERIES = [
     "How does asyncio run a coroutine?",
     "What does __slots__ do?",
 ]
-
-
-def _percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
 def _corpus_chunks(chunk_tokens: int, chunk_overlap: int) -> list[str]:
@@ -116,8 +112,8 @@ def embedder_benchmark(
                 t = time.perf_counter()
                 embedders[n].embed_query(q)
                 latencies[n].append((time.perf_counter() - t) * 1000)
-    table["query embedding P50 ms"] = {n: _percentile(latencies[n], 50) for n in names}
-    table["query embedding P95 ms"] = {n: _percentile(latencies[n], 95) for n in names}
+    table["query embedding P50 ms"] = {n: percentile(latencies[n], 50, "nearest") for n in names}
+    table["query embedding P95 ms"] = {n: percentile(latencies[n], 95, "nearest") for n in names}
 
     sample = texts[:1000]
     ref, other = (np.asarray(vectors[n][: len(sample)]) for n in names)

@@ -33,6 +33,7 @@ from platformdirs import user_cache_dir
 
 from fastcrag.config.settings import HNSW_BUILD_MEMORY_MB, HNSW_EF_CONSTRUCTION, HNSW_M, SHARED_DATA
 from fastcrag.fileio import write_json_atomic
+from fastcrag.measures import percentile
 
 STORES = ("faiss-flat", "faiss-hnsw", "pgvector-hnsw")
 TARGET_RECALL, TARGET_P50_MS, TARGET_RSS_GROWTH = 0.95, 20.0, 0.20
@@ -189,8 +190,7 @@ def perturbed_vectors(sample: np.ndarray, n: int, seed: int, chunk: int = 100_00
 
 # -- measuring ---------------------------------------------------------------------------------------------------
 def _percentiles(samples_ms: Sequence[float]) -> tuple[float, float]:
-    values = np.asarray(samples_ms, dtype=np.float64)
-    return float(np.percentile(values, 50)), float(np.percentile(values, 95))
+    return percentile(samples_ms, 50), percentile(samples_ms, 95)
 
 
 def _recall(found: Sequence[Sequence[int]], truth: np.ndarray, k: int) -> float:

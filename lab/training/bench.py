@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import random
 import re
@@ -26,6 +25,7 @@ from fastcrag.fitting.mix import (
 )
 from fastcrag.grading.onnx_grader import OnnxCrossEncoderReranker
 from fastcrag.grading.reranker import CrossEncoderReranker, default_reranker_spec, load_reranker
+from fastcrag.measures import auc, ndcg_at_k, percentile
 from fastcrag.retrieval.embeddings import SentenceTransformerEmbeddings, packaged_minilm_path
 from fastcrag.retrieval.loaders import python_reference
 from fastcrag.retrieval.text import split_sentences
@@ -40,34 +40,6 @@ SECTIONS = ("squad2", "strip", "scifact")
 
 
 # ------------------------------------------------------------------------------------------------ metrics
-
-
-def auc(pos: Sequence[float], neg: Sequence[float]) -> float:
-    """ROC AUC of positives over negatives (Mann-Whitney, ties count half)."""
-    import numpy as np
-    from scipy.stats import rankdata
-
-    if not pos or not neg:
-        return float("nan")
-    r = rankdata(np.concatenate([np.asarray(pos, dtype=np.float64), np.asarray(neg, dtype=np.float64)]))
-    return float((r[: len(pos)].sum() - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg)))
-
-
-def ndcg_at_k(ranked: Sequence[str], relevant: set[str], k: int = 10) -> float:
-    """Binary-relevance nDCG@k of one ranking."""
-    dcg = sum(1.0 / math.log2(i + 2) for i, d in enumerate(ranked[:k]) if d in relevant)
-    ideal = sum(1.0 / math.log2(i + 2) for i in range(min(k, len(relevant))))
-    return dcg / ideal if ideal else 0.0
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0-100) by linear interpolation."""
-    s = sorted(values)
-    if not s:
-        return float("nan")
-    pos = (len(s) - 1) * q / 100
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
 def bm25_tokens(text: str) -> list[str]:

@@ -24,8 +24,9 @@ from fastcrag.fileio import write_json_atomic
 from fastcrag.fitting.model import build_model, save_model, span_allowed
 from fastcrag.fitting.train_loop import TrainConfig, _encoded_pool, make_optimizer, prepare_run, train_loop
 from fastcrag.fitting.weights import file_sha1
+from fastcrag.measures import auc_of_labels
 from fastcrag.modelmeta import read_model_meta
-from lab.training.train import _auc, _prepare_pool, predict_heads
+from lab.training.train import _prepare_pool, predict_heads
 
 #: Weight of the span distributions' KL divergence beside the relevance logit's squared error.
 SPAN_WEIGHT = 1.0
@@ -194,8 +195,8 @@ def agreement(
     gap = np.abs(student - teacher)
     return {
         "pairs": len(sample),
-        "auc_student": round(_auc(labels, student.tolist()), 4),
-        "auc_teacher": round(_auc(labels, teacher.tolist()), 4),
+        "auc_student": round(auc_of_labels(labels, student.tolist()), 4),
+        "auc_teacher": round(auc_of_labels(labels, teacher.tolist()), 4),
         "mean_abs_score_gap": round(float(gap.mean()), 4),
         "p95_abs_score_gap": round(float(np.quantile(gap, 0.95)), 4),
         "teacher_seconds": round(time.time() - t0, 1),

@@ -19,6 +19,7 @@ from fastcrag.fitting.mix import Pair, read_pairs, write_pairs
 from fastcrag.fitting.model import build_model, passage_masks, save_model
 from fastcrag.fitting.train_loop import TrainConfig, _encoded_pool, make_optimizer, prepare_run, train_loop
 from fastcrag.grading.reader import span_margins
+from fastcrag.measures import auc_of_labels
 from fastcrag.retrieval.embeddings import packaged_minilm_path
 from lab.training.pool import build_pool, pool_summary
 
@@ -44,18 +45,6 @@ def _prepare_pool(cfg: TrainConfig, out: Path) -> tuple[list[Pair], list[Pair]]:
     for src, (pos, neg) in pool_summary(train).items():
         print(f"  {src:28s} pos {pos:6d}  neg {neg:6d}")
     return train, dev
-
-
-def _auc(labels: Sequence[float], scores: Sequence[float]) -> float:
-    """ROC AUC by the rank-sum formula (ties count half); NaN when a class is missing."""
-    from scipy.stats import rankdata
-
-    y = np.asarray(labels) >= 0.5
-    n_pos, n_neg = int(y.sum()), int((~y).sum())
-    if not n_pos or not n_neg:
-        return float("nan")
-    r = rankdata(np.asarray(scores, dtype=np.float64))
-    return float((r[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
 def predict_heads(
@@ -126,7 +115,7 @@ def evaluate_dev(
     held = range(half, len(sample))
     res: dict[str, Any] = {"pairs": len(sample), "fusion_fit_pairs": half, "fusion": fusion}
     for name, vals in (("relevance", rel), ("span", margin), ("grade", grade)):
-        res[f"auc_{name}"] = _auc([labels[i] for i in held], [vals[i] for i in held])
+        res[f"auc_{name}"] = auc_of_labels([labels[i] for i in held], [vals[i] for i in held])
     groups: dict[str, list[int]] = {}
     for i in held:
         p = sample[i]
@@ -137,7 +126,7 @@ def evaluate_dev(
         elif kind in ("deleted", "perturbed", "relation", "same_article", "swap", "unanswerable"):
             groups.setdefault("own_vs_hard", []).append(i)
     for fam, idx in sorted(groups.items()):
-        a = _auc([labels[i] for i in idx], [grade[i] for i in idx])
+        a = auc_of_labels([labels[i] for i in idx], [grade[i] for i in idx])
         if not math.isnan(a):
             res[f"auc_grade_{fam}"] = a
     return res, fusion

@@ -291,16 +291,40 @@ def test_select_questions_seeded_interleaved_and_held_out() -> None:
 
 
 def test_calibration_sample_parsed() -> None:
-    from fastcrag.config.calibration import Calibration
+    from fastcrag.config.calibration import Calibration, CalibrationSample, load_calibration
 
     cal = Calibration(
         reranker_model="m",
         reranker_threshold=0.2,
         crag_upper=0.5,
-        data="squad2-dev ...; 200 questions per class, seed 13",
+        data="free text naming no sample",
+        sample=CalibrationSample(questions="squad2-dev", per_class=200, seed=13),
     )
     assert calibration_sample(cal) == (200, 13)
-    assert calibration_sample(cal.model_copy(update={"data": "other"})) is None
+    assert calibration_sample(cal.model_copy(update={"sample": None})) is None
+    # `fit` records a seed but draws no per-class sample: nothing to exclude
+    fitted = cal.model_copy(update={"sample": CalibrationSample(seed=13, labelled=40, calibrated_on=30)})
+    assert calibration_sample(fitted) is None
+    # the packaged calibration carries its sample as fields, the same as its note says
+    packaged = load_calibration()
+    assert packaged.sample is not None and packaged.sample.questions == "squad2-dev"
+    assert calibration_sample(packaged) == (200, 13) and "200 questions per class, seed 13" in packaged.data
+
+
+def test_calibration_sample_of_an_older_file(tmp_path: Path) -> None:
+    """A calibration.json written before `sample` existed still names its sample (read once from its note)."""
+    from fastcrag.config.calibration import PACKAGED_CALIBRATION, load_calibration
+
+    raw = json.loads(PACKAGED_CALIBRATION.read_text(encoding="utf-8"))
+    del raw["sample"]
+    old = tmp_path / "calibration.json"
+    old.write_text(json.dumps(raw), encoding="utf-8")
+    cal = load_calibration(old)
+    assert calibration_sample(cal) == (200, 13)
+    assert cal.thresholds() == load_calibration().thresholds()
+    raw["data"] = "other"
+    old.write_text(json.dumps(raw), encoding="utf-8")
+    assert load_calibration(old).sample is None and calibration_sample(load_calibration(old)) is None
 
 
 class _CountingReranker:

@@ -179,6 +179,9 @@ def test_no_train_fit_writes_calibration_report_and_plots(tmp_path: Path, index:
     cal = load_calibration(out / "calibration.json", expected_model="answer-grader")
     # the fake grader separates perfectly: the threshold falls between 0.5 (on topic, no answer) and 0.9
     assert 0.5 < cal.reranker_threshold <= 0.9
+    # its provenance as fields: the questions it was drawn on, no per-class sample
+    assert cal.sample is not None and cal.sample.calibrated_on == cal.metrics["questions"]["calibrated_on"]
+    assert cal.sample.per_class is None and cal.sample.labelled == 38 and cal.sample.classes[1] == "gold_removed"
     base = result.figures["base"]
     assert base.auc_gold_removed == 1.0 and base.auc_unanswerable == 1.0
     assert base.at_threshold["abstention_precision"] == 1.0 and base.at_threshold["answerable_answered"] == 1.0

@@ -11,7 +11,7 @@ SRC = Path(fastcrag.__file__).resolve().parent
 
 #: Lowest first. A first-level package or module of `fastcrag` may import from its own layer and those below.
 LAYERS: list[set[str]] = [
-    {"config", "cache", "fileio", "modelmeta", "metrics", "ortsession"},
+    {"config", "cache", "fileio", "modelmeta", "measures", "metrics", "ortsession"},
     {"retrieval", "grading", "generation", "datasets"},
     {"components"},
     {"graph", "nodes"},

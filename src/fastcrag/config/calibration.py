@@ -7,6 +7,7 @@ import io
 import json
 import math
 import os
+import re
 import shutil
 import tarfile
 from dataclasses import dataclass
@@ -20,6 +21,30 @@ PACKAGED_CALIBRATION = Path(__file__).resolve().parent / "calibration.json"
 
 class CalibrationError(ValueError):
     """calibration.json is missing, unreadable or invalid; the message names the file."""
+
+
+class CalibrationSample(BaseModel):
+    """The questions a calibration's thresholds were drawn on, as fields (its `data` says the same in words)."""
+
+    questions: str | None = Field(None, description="The labelled questions: a dataset or file name.")
+    classes: list[str] = Field(default_factory=list, description="The question classes, in sampling order.")
+    off_corpus: str | None = Field(
+        None,
+        description="`fastcrag calibrate`: the dataset whose articles outside the corpus ask the off-corpus class.",
+    )
+    per_class: int | None = Field(
+        None,
+        ge=1,
+        description="`fastcrag calibrate`: questions drawn per class, class i with seed + i (None: no per-class "
+        "sample; `fastcrag fit` calibrates on every usable question).",
+    )
+    seed: int = Field(description="The seed that drew the sample (calibrate) or split the questions (fit).")
+    labelled: int | None = Field(None, ge=0, description="`fastcrag fit`: labelled questions given.")
+    calibrated_on: int | None = Field(None, ge=0, description="`fastcrag fit`: questions the thresholds were drawn on.")
+
+
+_SAMPLE_NOTE = re.compile(r"(\d+) questions per class, seed (\d+)")
+"""How `fastcrag calibrate` states its sample in `data`: read only from files written before `sample` existed."""
 
 
 class Calibration(BaseModel):
@@ -53,9 +78,26 @@ class Calibration(BaseModel):
         "grader score multiplied by this before grading (1: no check; fastcrag.grading.conditions).",
     )
     data: str = ""
+    sample: CalibrationSample | None = Field(
+        None, description="The questions the thresholds were drawn on (None: not recorded)."
+    )
     objective: str = ""
     created: str = ""
     metrics: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sample_from_note(cls, raw: Any) -> Any:
+        """A file without `sample` (written before it existed) has it read once from `data`, here and nowhere else.
+
+        `fastcrag eval abstention` leaves a calibration's sample out of its questions: an older calibration.json read
+        without its sample would let those questions back in and change the figures silently.
+        """
+        if isinstance(raw, dict) and raw.get("sample") is None and isinstance(raw.get("data"), str):
+            m = _SAMPLE_NOTE.search(raw["data"])
+            if m:
+                return {**raw, "sample": {"per_class": int(m.group(1)), "seed": int(m.group(2))}}
+        return raw
 
     @model_validator(mode="after")
     def _ordered(self) -> Calibration:

@@ -5,12 +5,10 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from fastcrag.components import Components
-from fastcrag.config.settings import SHARED_DATA, SMOLLM2_LLM, Context, Settings
+from fastcrag.config.settings import Context, Settings
 from fastcrag.datasets import distractor_documents, read_squad
 from fastcrag.evaluation import report as rp
 from fastcrag.evaluation.common import (
@@ -21,6 +19,7 @@ from fastcrag.evaluation.common import (
     squad_setup,
     squad_store,
 )
+from fastcrag.evaluation.configs import VARIANTS, AbstentionConfig
 from fastcrag.evaluation.runlog import ResultLog
 from fastcrag.evaluation.scoring import (
     ACTIONS,
@@ -37,28 +36,7 @@ from fastcrag.retrieval.embeddings import default_embeddings
 
 VERSION = 5  # 3: hybrid first pass, keyword rewrite; 4: gold_score, distractors; 5: embedder, grade batch, floors
 
-VARIANTS = ("crag", "threshold", "plain")
-"""The graph configurations compared per generator: CRAG on; CRAG off abstaining below reranker_threshold
-(threshold only); CRAG off with `plain` (plain RAG: the top_n reranked candidates always go to the generator)."""
 VARIANT_LABELS = {"crag": "CRAG on", "threshold": "threshold only", "plain": "plain RAG"}
-
-
-@dataclass
-class AbstentionConfig:
-    """Options of one abstention run."""
-
-    squad: Path = SHARED_DATA / "squad2-dev"
-    off_corpus: Path = SHARED_DATA / "train" / "squad11-train"
-    per_class: int = 40
-    seed: int = 2026
-    generators: list[str] = field(default_factory=lambda: ["extractive", SMOLLM2_LLM])
-    variants: list[str] = field(default_factory=lambda: list(VARIANTS))
-    out: Path = Path("runs/eval-abstention")
-    fresh: bool = False
-    exclude_calibration: bool = True
-    threads: int = 1
-    distractors: int = 0
-    """Articles of `off_corpus` added to the corpus (none of the asked questions' articles)."""
 
 
 def variant_name(generator: str, variant: str) -> str:

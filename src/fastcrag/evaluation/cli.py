@@ -9,10 +9,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fastcrag.config.settings import SHARED_DATA, SMOLLM2_LLM, Settings
+from fastcrag.config.options import add_options, from_args
+from fastcrag.config.settings import Settings
+from fastcrag.evaluation.configs import AbstentionConfig, RetrievalConfig
+from fastcrag.evaluation.configs import parse_variants as parse_variants
 from fastcrag.evaluation.results import write_results
-
-DATA = str(SHARED_DATA)
 
 
 def _settings(args: argparse.Namespace) -> Any:
@@ -43,39 +44,13 @@ def _check_paths(*paths: Path) -> None:
             raise FileNotFoundError(f"no such file or folder: {p}")
 
 
-def parse_variants(text: str) -> list[str]:
-    """The variants named by `--variants`, in canonical order (the same choice gives the same config hash).
-
-    Raises:
-        ValueError: a name is not a variant, or none is named.
-    """
-    from fastcrag.evaluation.abstention import VARIANTS  # the graph's stack: kept off the CLI parser's import
-
-    names = {v.strip() for v in text.split(",") if v.strip()}
-    if not names or names - set(VARIANTS):
-        raise ValueError(f"--variants takes a comma-separated subset of {','.join(VARIANTS)}, got {text!r}")
-    return [v for v in VARIANTS if v in names]
-
-
 def cmd_abstention(args: argparse.Namespace) -> int:
     """Run `fastcrag eval abstention`."""
-    from fastcrag.evaluation.abstention import AbstentionConfig, run  # the command loads its stack when run
+    from fastcrag.evaluation.abstention import run  # the command loads its stack when run
 
     _offline()
     _check_extra()
-    cfg = AbstentionConfig(
-        squad=Path(args.squad),
-        off_corpus=Path(args.off_corpus),
-        per_class=args.per_class,
-        seed=args.seed,
-        generators=[g.strip() for g in args.generators.split(",") if g.strip()],
-        variants=parse_variants(args.variants),
-        out=Path(args.out),
-        fresh=args.fresh,
-        threads=args.threads,
-        exclude_calibration=not args.include_calibration_sample,
-        distractors=args.distractors,
-    )
+    cfg = from_args(AbstentionConfig, args)
     _check_paths(cfg.squad, cfg.off_corpus)
     if cfg.distractors < 0:
         raise ValueError("--distractors must be >= 0")
@@ -88,21 +63,11 @@ def cmd_abstention(args: argparse.Namespace) -> int:
 
 def cmd_retrieval(args: argparse.Namespace) -> int:
     """Run `fastcrag eval retrieval`."""
-    from fastcrag.evaluation.retrieval import RetrievalConfig, run  # the command loads its stack when run
+    from fastcrag.evaluation.retrieval import run  # the command loads its stack when run
 
     _offline()
     _check_extra()
-    cfg = RetrievalConfig(
-        beir=Path(args.beir),
-        split=args.split,
-        queries=args.queries,
-        seed=args.seed,
-        depth=args.depth,
-        index_cache=None if args.no_index_cache else Path(args.index_cache),
-        out=Path(args.out),
-        fresh=args.fresh,
-        threads=args.threads,
-    )
+    cfg = from_args(RetrievalConfig, args)
     _check_paths(cfg.beir)
     code = run(cfg, _settings(args))
     print((cfg.out / "report.md").read_text(encoding="utf-8"))
@@ -135,6 +100,11 @@ def _common(p: argparse.ArgumentParser, out: str) -> None:
         help="CPU threads per model (default: 1; oversubscribed threads spin on a shared machine; 0: library default)",
     )
     p.add_argument("--fresh", action="store_true", help="discard earlier results in --out instead of resuming")
+    _grader(p)
+
+
+def _grader(p: argparse.ArgumentParser) -> None:
+    """The settings a run may override: which grader, which calibration."""
     p.add_argument("--reranker", help="grader folder, model name or `bi-encoder` (default: FASTRAG_RERANKER)")
     p.add_argument("--calibration", help="calibration.json (default: FASTRAG_CALIBRATION, else the packaged one)")
 
@@ -147,53 +117,13 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     ab = ev_sub.add_parser(
         "abstention", help="truthfulness and abstention on SQuAD v2: CRAG on, threshold only, plain RAG"
     )
-    ab.add_argument("--squad", default=f"{DATA}/squad2-dev", help="SQuAD v2 JSON file or folder (the corpus)")
-    ab.add_argument(
-        "--off-corpus",
-        default=f"{DATA}/train/squad11-train",
-        help="SQuAD JSON whose articles are not indexed (off-corpus questions)",
-    )
-    ab.add_argument("--per-class", type=int, default=40, help="questions per class (default: 40)")
-    ab.add_argument("--seed", type=int, default=2026)
-    ab.add_argument(
-        "--distractors",
-        type=int,
-        default=0,
-        help="index also the paragraphs of N --off-corpus articles that no asked question comes from, so "
-        "first-pass retrieval can miss (default: 0)",
-    )
-    ab.add_argument(
-        "--generators",
-        default=f"extractive,{SMOLLM2_LLM}",
-        help=f"comma-separated generators (default: extractive,{SMOLLM2_LLM})",
-    )
-    ab.add_argument(
-        "--variants",
-        default="crag,threshold,plain",
-        help="comma-separated graph variants per generator: crag (CRAG on), threshold (CRAG off, abstain below "
-        "the threshold), plain (plain RAG: no grading, no abstention) (default: crag,threshold,plain)",
-    )
-    ab.add_argument(
-        "--include-calibration-sample",
-        action="store_true",
-        help="allow questions of the calibration sample (excluded by default)",
-    )
-    _common(ab, "runs/eval-abstention")
+    add_options(ab, AbstentionConfig)
+    _grader(ab)
     ab.set_defaults(func=cmd_abstention)
 
     rt = ev_sub.add_parser("retrieval", help="nDCG@10, recall@10/100 on a BEIR folder, bi-encoder vs reranked")
-    rt.add_argument("--beir", default=f"{DATA}/scifact", help="BEIR folder (corpus.jsonl.gz, queries, qrels/)")
-    rt.add_argument("--split", default="test", help="qrels split (default: test)")
-    rt.add_argument("--queries", type=int, default=0, help="sample this many queries (default 0: all)")
-    rt.add_argument("--seed", type=int, default=2026)
-    rt.add_argument("--depth", type=int, default=30, help="documents reranked per query (default: 30)")
-    rt.add_argument(
-        "--index-cache",
-        default="~/.cache/fastcrag/eval-index",
-        help="folder for the embedded corpus index, reused across runs (default: ~/.cache/fastcrag/eval-index)",
-    )
-    rt.add_argument("--no-index-cache", action="store_true", help="embed the corpus afresh, keep nothing")
-    _common(rt, "runs/eval-retrieval")
+    add_options(rt, RetrievalConfig)
+    _grader(rt)
     rt.set_defaults(func=cmd_retrieval)
 
     rs = ev_sub.add_parser("results", help="stitch the three reports into one Results page")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
-import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,8 +28,6 @@ from fastcrag.grading.reranker import Reranker, calibration_for, default_reranke
 from fastcrag.retrieval.embeddings import default_embeddings
 from fastcrag.retrieval.store import FORMAT_VERSION, FaissStore, IndexLoadError
 
-_CALIBRATION_SAMPLE = re.compile(r"(\d+) questions per class, seed (\d+)")
-
 
 def question_id(q: LabelledQuestion) -> str:
     """A stable id for a labelled question (class, paragraph and text)."""
@@ -38,9 +35,9 @@ def question_id(q: LabelledQuestion) -> str:
 
 
 def calibration_sample(calibration: Calibration) -> tuple[int, int] | None:
-    """(per_class, seed) of the questions `python -m lab calibrate` used, read from the calibration's notes."""
-    m = _CALIBRATION_SAMPLE.search(calibration.data or "")
-    return (int(m.group(1)), int(m.group(2))) if m else None
+    """(per_class, seed) of the questions `fastcrag calibrate` drew; None when the calibration drew no such sample."""
+    s = calibration.sample
+    return (s.per_class, s.seed) if s is not None and s.per_class is not None else None
 
 
 def select_questions(
@@ -129,9 +126,6 @@ def squad_setup(
 def squad_store(docs: list[Any], chunk_tokens: int, chunk_overlap: int) -> FaissStore:
     """The in-memory FAISS store over the SQuAD paragraphs, chunked as `fastcrag index` chunks."""
     return build_corpus_store(docs, chunk_tokens, chunk_overlap)
-
-
-DEFAULT_INDEX_CACHE = Path("~/.cache/fastcrag/eval-index")
 
 
 def cached_corpus_store(

@@ -9,16 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from fastcrag.fileio import write_bytes_atomic, write_json_atomic, write_text_atomic
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0-100), linear interpolation between ranks; NaN for no values."""
-    s = sorted(float(v) for v in values)
-    if not s:
-        return float("nan")
-    pos = (len(s) - 1) * q / 100.0
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+from fastcrag.measures import percentile as percentile
 
 
 def fmt(value: Any, digits: int = 3) -> str:

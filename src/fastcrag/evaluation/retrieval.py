@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from fastcrag.config.calibration import CalibrationError, load_calibration
-from fastcrag.config.settings import SHARED_DATA, Settings
+from fastcrag.config.settings import Settings
 from fastcrag.datasets import read_qrels, read_queries
 from fastcrag.evaluation import report as rp
-from fastcrag.evaluation.common import DEFAULT_INDEX_CACHE, cached_corpus_store, machine_note, progress, set_threads
+from fastcrag.evaluation.common import cached_corpus_store, machine_note, progress, set_threads
+from fastcrag.evaluation.configs import RetrievalConfig
 from fastcrag.evaluation.runlog import ResultLog
 from fastcrag.grading.reranker import (
     calibration_for,
@@ -32,21 +33,6 @@ KEEP = 100  # documents kept per query and system (recall@100 needs 100)
 MEASURES = ("nDCG@10", "R@10", "R@20", "R@100")
 FIRST_PASSES = ("dense", "lexical", "hybrid")
 LABELS = {"dense": "dense ({embedder})", "lexical": "lexical (BM25)", "hybrid": "hybrid (dense + BM25, RRF)"}
-
-
-@dataclass
-class RetrievalConfig:
-    """Options of one retrieval run."""
-
-    beir: Path = SHARED_DATA / "scifact"
-    split: str = "test"
-    queries: int = 0
-    seed: int = 2026
-    depth: int = 30
-    out: Path = Path("runs/eval-retrieval")
-    fresh: bool = False
-    threads: int = 1
-    index_cache: Path | None = DEFAULT_INDEX_CACHE
 
 
 def _find(folder: Path, *names: str) -> Path:

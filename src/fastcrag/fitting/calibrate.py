@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from fastcrag.config.calibration import Calibration
+from fastcrag.config.calibration import Calibration, CalibrationSample
 from fastcrag.datasets import LabelledQuestion, question_pools, sample
 from fastcrag.fileio import write_json_atomic
 from fastcrag.fitting.labels import holds_answer
@@ -22,6 +22,7 @@ from fastcrag.grading.bands import band_of
 from fastcrag.grading.conditions import conditioned, named_conditions, with_conditions_changed
 from fastcrag.grading.reader import is_reader
 from fastcrag.grading.reranker import CachingReranker, Reranker, checked_scores
+from fastcrag.measures import auc
 from fastcrag.retrieval.embeddings import default_embeddings
 from fastcrag.retrieval.store import FaissStore
 from fastcrag.retrieval.text import chunk_text, split_sentences
@@ -173,16 +174,6 @@ def observe(
             Observation(q.kind, ranked[0][0] if ranked else 0.0, top_chunk, strip_chunk or top_chunk, span_score)
         )
     return out
-
-
-def auc(positive: list[float], negative: list[float]) -> float:
-    """Area under the ROC curve: P(score of a positive > score of a negative), ties counted half."""
-    if not positive or not negative:
-        return float("nan")
-    pos, neg = np.asarray(positive), np.asarray(negative)
-    greater = (pos[:, None] > neg[None, :]).sum()
-    ties = (pos[:, None] == neg[None, :]).sum()
-    return float((greater + 0.5 * ties) / (len(pos) * len(neg)))
 
 
 def choose_threshold(
@@ -431,6 +422,9 @@ def calibrate(
         condition_factor=factor,
         data=f"{squad.name} (corpus: its {len(docs)} paragraphs; answerable, unanswerable); "
         f"off-corpus: {off_corpus.name} articles not in the corpus; {per_class} questions per class, seed {seed}",
+        sample=CalibrationSample(
+            questions=squad.name, classes=list(pool), off_corpus=off_corpus.name, per_class=per_class, seed=seed
+        ),
         objective=f"{objective}; crag_upper: lowest score above which refinement moves the best evidence to "
         f"another chunk for <= {tolerance:.0%} of questions; {factor_objective}",
         created=dt.date.today().isoformat(),

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from fastcrag.components import Components
-from fastcrag.config.calibration import FIT_DIR, Calibration, load_calibration
+from fastcrag.config.calibration import FIT_DIR, Calibration, CalibrationSample, load_calibration
 from fastcrag.config.settings import Settings, is_postgres_url
 from fastcrag.fileio import write_json_atomic, write_text_atomic
 from fastcrag.fitting.calibrate import choose_condition_factor, condition_curve
@@ -302,6 +302,13 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
             f"({'held out from the fine-tune' if grader_dir else 'the grader trained on none of them'}) over "
             f"{f'Postgres collection {opts.collection}' if opts.store else opts.index}, seed {opts.seed}; "
             f"classes answerable, gold removed, unanswerable",
+            sample=CalibrationSample(
+                questions=opts.questions.name,
+                classes=["answerable", "gold_removed", "unanswerable"],
+                seed=opts.seed,
+                labelled=len(items),
+                calibrated_on=len(calibrated_on),
+            ),
             objective=f"{objective}; {weight_objective}; {factor_objective}",
             created=dt.date.today().isoformat(),
             metrics={

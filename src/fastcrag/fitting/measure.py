@@ -14,7 +14,6 @@ from fastcrag.fitting.calibrate import (
     ConditionView,
     Observation,
     abstention_rates,
-    auc,
     best_strip_chunk,
     choose_pair,
     choose_threshold,
@@ -26,6 +25,7 @@ from fastcrag.fitting.labels import Labelled
 from fastcrag.grading.bands import band_of
 from fastcrag.grading.conditions import with_conditions_changed
 from fastcrag.grading.reranker import Reranker, checked_scores
+from fastcrag.measures import auc, ndcg
 from fastcrag.retrieval.hybrid import fused_order
 
 REFINE_K = 6
@@ -220,13 +220,6 @@ def figures_record(fig: GraderFigures) -> dict[str, Any]:
     }
 
 
-def ndcg(relevant: Sequence[bool], depth: int = ORDER_DEPTH) -> float:
-    """nDCG@depth of one ranked list with binary gains (1 for evidence)."""
-    dcg = sum(1.0 / np.log2(i + 2) for i, r in enumerate(relevant[:depth]) if r)
-    ideal = sum(1.0 / np.log2(i + 2) for i in range(min(depth, sum(relevant))))
-    return float(dcg / ideal) if ideal else 0.0
-
-
 def _judged(item: Labelled, order: Sequence[int], view: Sequence[Any]) -> list[bool]:
     """The ranked candidates' relevance at the granularity of the question's labels.
 
@@ -259,7 +252,9 @@ def order_curve(
             texts = [c.text for c in view]
             lists.append((item, view, checked_scores(grader, item.question.question, texts, condition_factor)))
     return {
-        w: round(float(np.mean([ndcg(_judged(it, fused_order(sc, w), v)) for it, v, sc in lists])), 4) if lists else 0.0
+        w: round(float(np.mean([ndcg(_judged(it, fused_order(sc, w), v), ORDER_DEPTH) for it, v, sc in lists])), 4)
+        if lists
+        else 0.0
         for w in WEIGHTS
     }
 
