@@ -9,8 +9,8 @@ from fastcrag.components import Components
 from fastcrag.grading.conditions import named_conditions, unmet_conditions
 from fastcrag.grading.reranker import scores_until
 from fastcrag.graph.state import Candidate, State, earlier_turns, fresh_question, question_of
-from fastcrag.nodes import Node
-from fastcrag.nodes.stage import Run, stage
+from fastcrag.graph.nodes import Node
+from fastcrag.graph.nodes.stage import Run, stage
 from fastcrag.retrieval.hybrid import HybridRetriever, Mode, chunk_key, fused_order
 from fastcrag.retrieval.text import clean_text
 

@@ -8,8 +8,8 @@ from fastcrag import metrics
 from fastcrag.components import Components
 from fastcrag.generation.generators import generate_answer
 from fastcrag.graph.state import Citation, State, add_timings, reply, trace
-from fastcrag.nodes import Node
-from fastcrag.nodes.stage import Run, provenance, stage
+from fastcrag.graph.nodes import Node
+from fastcrag.graph.nodes.stage import Run, provenance, stage
 
 
 def generate(state: State, run: Run) -> dict[str, Any]:

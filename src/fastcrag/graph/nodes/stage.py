@@ -12,7 +12,7 @@ from langgraph.runtime import Runtime
 from fastcrag.components import Components
 from fastcrag.config.settings import Context, RunConfig
 from fastcrag.graph.state import State
-from fastcrag.nodes import Node
+from fastcrag.graph.nodes import Node
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ from typing import Any
 from fastcrag.components import Components
 from fastcrag.generation.rewriters import keyword_rewrite
 from fastcrag.graph.state import State
-from fastcrag.nodes import Node
-from fastcrag.nodes.stage import Run, stage
+from fastcrag.graph.nodes import Node
+from fastcrag.graph.nodes.stage import Run, stage
 from fastcrag.retrieval.hybrid import HybridRetriever
 from fastcrag.retrieval.text import normalise
 

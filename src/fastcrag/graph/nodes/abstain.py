@@ -10,8 +10,8 @@ from fastcrag import metrics
 from fastcrag.components import Components
 from fastcrag.config.settings import Context, RunConfig
 from fastcrag.graph.state import State, reply, trace
-from fastcrag.nodes import Node
-from fastcrag.nodes.stage import provenance
+from fastcrag.graph.nodes import Node
+from fastcrag.graph.nodes.stage import provenance
 
 
 def abstention(parts: Components, state: State, context: Any) -> dict[str, Any]:
