@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import BaseModel, Field
 
 from fastcrag.components import Components
@@ -28,6 +27,7 @@ from fastcrag.evaluation.common import (
 )
 from fastcrag.evaluation.runlog import ResultLog
 from fastcrag.fileio import write_json_atomic, write_text_atomic
+from fastcrag.generation import prompts
 from fastcrag.generation.chat import load_chat_model
 from fastcrag.generation.generators import ChatGenerator
 from fastcrag.graph.builder import build_graph
@@ -36,13 +36,6 @@ VERSION = 2  # 2: the grader cache is cleared before each timed run
 STAGES = ("retrieve_ms", "rerank_ms", "crag_ms", "generate_ms")
 TOTAL = "retrieval_total_ms"
 PERCENTILES = (50, 95, 100)
-
-# The relevance grader of LangGraph's CRAG tutorial (langgraph_crag): one structured yes/no call per chunk.
-JUDGE_SYSTEM = (
-    "You are a grader assessing relevance of a retrieved document to a user question. If the document "
-    "contains keyword(s) or semantic meaning related to the question, grade it as relevant. Give a binary "
-    "score 'yes' or 'no' score to indicate whether the document is relevant to the question."
-)
 
 
 class GradeDocuments(BaseModel):
@@ -97,12 +90,7 @@ def latency_table(by_variant: Mapping[str, Mapping[str, Sequence[float]]]) -> st
 def judge_chunk(llm: Any, question: str, text: str) -> bool:
     """One structured relevance call: True when the chat model grades the chunk relevant."""
     grader = llm.with_structured_output(GradeDocuments)
-    result = grader.invoke(
-        [
-            SystemMessage(JUDGE_SYSTEM),
-            HumanMessage(f"Retrieved document: \n\n {text} \n\n User question: {question}"),
-        ]
-    )
+    result = grader.invoke(prompts.relevance_judge_messages(text, question))
     if isinstance(result, dict):
         result = GradeDocuments.model_validate(result.get("parsed", result))
     return GradeDocuments.model_validate(result).binary_score == "yes"

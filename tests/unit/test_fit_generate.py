@@ -9,7 +9,6 @@ from typing import Any
 
 from fastcrag.fitting import generate as gen
 from fastcrag.fitting.generate import (
-    EXAMPLE_OUTPUT,
     MAX_CHUNK_CHARS,
     GenerationStats,
     generate_questions,
@@ -18,6 +17,7 @@ from fastcrag.fitting.generate import (
     write_questions_jsonl,
 )
 from fastcrag.fitting.questions import FitQuestion, parse_question
+from fastcrag.generation.prompts import QUESTIONS_EXAMPLE_OUTPUT
 
 from fakes import ScriptedChat
 
@@ -124,7 +124,9 @@ def test_unusable_questions_are_dropped_and_counted() -> None:
     llm = ScriptedChat(
         replies=[
             reply("Was Oakford founded in 1712?", "1712", "When was Oakford founded?"),  # answer given away
-            reply(EXAMPLE_OUTPUT["question"], "1712", EXAMPLE_OUTPUT["near_miss"]),  # the worked example copied
+            reply(
+                QUESTIONS_EXAMPLE_OUTPUT["question"], "1712", QUESTIONS_EXAMPLE_OUTPUT["near_miss"]
+            ),  # the worked example copied
             reply("When was Oakford founded?", "1", "When was Oakford founded?"),  # one-digit answer; near miss echoes
             reply("Where is it?", "Lune", "What colour is the sky?"),  # near miss shares no word with the chunk
             reply("Oakford river name", "Lune", "<code>Oakford wool</code>"),  # neither is a question

@@ -27,12 +27,12 @@ DEFAULT_RETRIEVAL: RetrievalMode = "hybrid"
 #: build takes (past it the build goes to disk), and the search breadth `FASTRAG_EF_SEARCH` defaults to.
 #: `python -m lab bench-store` at 100k MiniLM-shaped vectors measured recall@10 0.87 at ef_search 40 (pgvector's
 #: default), 0.95 at 100 and 0.98 at 200; at 1M, 0.84 at 100 and 0.95 at 400 (docs/RESULTS.md, docs/DEPLOY.md).
-#: Candidates graded per question, and the band-preserving early exit's batch. Chosen together with the int8 embedder
-#: in `python -m lab bench-speed` (levers) and `fastcrag eval abstention` / `eval retrieval` runs (docs/RESULTS.md):
-#: retrieval total P50 128 ms vs 194 ms for the earlier defaults (fp32, 20, all graded), truthfulness -0.150 vs
-#: -0.158, SciFact nDCG@10 0.660 vs 0.648; batches of 5 lost 0.03 truthfulness. Then top_k 15 -> 10 with the
-#: grader-reader v3 and its AMBIGUOUS reader floor, on `bench-speed`'s table of stored quality: 142 vs 212 ms, equal
-#: truthfulness (-0.058) and precision, SciFact 0.658 vs 0.640 (docs/RESULTS.md, "The levers against stored quality").
+#: Candidates graded per question, and the band-preserving early exit's batch: the fastest first pass that keeps the
+#: quality, by `python -m lab bench-speed` and `fastcrag eval` (docs/RESULTS.md, "The levers against stored quality").
+#: With the int8 embedder and the grader-reader v3, top_k 10 holds top_k 15's truthfulness (-0.058) and precision at
+#: a retrieval P50 of 142 vs 212 ms (SciFact nDCG@10 0.658 vs 0.640). The int8 embedder at top_k 15 with the early
+#: exit in batches of 10, against the fp32 embedder grading all of top_k 20: 128 vs 194 ms, truthfulness -0.150 vs
+#: -0.158, SciFact 0.660 vs 0.648; batches of 5 lose 0.03 truthfulness.
 TOP_K, GRADE_BATCH = 10, 10
 HNSW_M, HNSW_EF_CONSTRUCTION, HNSW_BUILD_MEMORY_MB, DEFAULT_EF_SEARCH = 16, 64, 2048, 100
 

@@ -18,8 +18,8 @@ from fastcrag.config.settings import Context, Settings
 from fastcrag.generation.generators import Generator
 from fastcrag.grading.reranker import Reranker
 from fastcrag.graph import routing
+from fastcrag.graph.nodes import abstain, generate, grade, refine, retrieve, rewrite
 from fastcrag.graph.state import InputState, OutputState, State
-from fastcrag.nodes import abstain, generate, grade, refine, retrieve, rewrite
 
 
 def build_graph(

@@ -1,153 +1,194 @@
-"""Graph state: a narrow input, the full internal state, a narrow output, and the decision trace."""
+"""Graph state: a narrow input, the full internal state, a narrow output, and the typed decision trace."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, NotRequired
+from typing import Annotated, Literal, NotRequired
 
-from langchain_core.messages import AIMessage, AnyMessage
+from langchain_core.messages import AnyMessage
 from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict  # pydantic (server schemas) needs it on Python < 3.12
 
 from fastcrag.grading.bands import Band
 
 Action = Literal["generate", "refine", "rewrite", "abstain", "disabled", "plain"]
-STAGES = ("retrieve_ms", "rerank_ms", "crag_ms", "generate_ms")
-FRESH = "fresh"
-"""A key of a `timings` update that starts the timings afresh (a new question) before adding the update's own."""
-
-
-def add_timings(current: dict[str, float] | None, update: dict[str, float] | None) -> dict[str, float]:
-    """Reducer of `timings`: each node's stage times add up over the run; an update holding `FRESH` starts anew."""
-    totals = {} if not current or (update and FRESH in update) else dict(current)
-    for stage, ms in (update or {}).items():
-        if stage != FRESH:
-            totals[stage] = round(totals.get(stage, 0.0) + ms, 3)
-    return totals
+Stage = Literal["retrieve_ms", "rerank_ms", "crag_ms", "generate_ms"]
 
 
 class Candidate(TypedDict):
-    """A retrieved chunk with its reranker score (`ungraded`: grading stopped before it; its score is 0)."""
+    """A retrieved chunk with its reranker score."""
 
     chunk_id: str
+    """The chunk's key: the same text from the same source has the same id."""
     source: str
+    """Where the chunk came from (a file or page)."""
     text: str
+    """The chunk's text."""
     score: float
+    """The grader's score against the user's question (0 when `ungraded`)."""
     ungraded: NotRequired[bool]
-    unmet: NotRequired[list[str]]  # conditions the question names that the chunk states in no form (scored down)
+    """Grading stopped before this chunk (`FASTRAG_GRADE_BATCH`): it never reaches the generator."""
+    unmet: NotRequired[list[str]]
+    """Conditions the question names (a year, an edition) that the chunk states in no form: it was scored down."""
 
 
 class Passage(TypedDict, total=False):
-    """What the generator sees: a chunk, or a sentence strip of one (`strip` true)."""
+    """What the generator sees: a chunk, or a sentence strip of one."""
 
     chunk_id: str
+    """The chunk the passage comes from."""
     source: str
+    """Where that chunk came from."""
     text: str
+    """The passage's text: the whole chunk, or one strip of it."""
     score: float
+    """The grader's score of this text."""
     strip: bool
+    """True for a sentence strip kept by `refine`."""
 
 
 class Citation(TypedDict):
     """A passage an answer rests on."""
 
     chunk_id: str
+    """The cited chunk."""
     source: str
+    """Where it came from."""
     score: float
+    """The grader's score of the passage cited."""
+
+
+class Verdict(TypedDict):
+    """One candidate's grade, as the trace lists it."""
+
+    chunk_id: str
+    """The candidate."""
+    source: str
+    """Where it came from."""
+    score: float | None
+    """Its grader score (None: ungraded)."""
+    verdict: str
+    """Its band by the same rule as the run's band, or `UNGRADED`."""
+    unmet: NotRequired[list[str]]
+    """Conditions the question names that the chunk does not state (why it was scored down)."""
+
+
+class Thresholds(TypedDict):
+    """The calibrated values a run graded with."""
+
+    reranker_threshold: float
+    """Below it: INCORRECT."""
+    crag_upper: float
+    """At or above it: CORRECT."""
+    condition_factor: float
+    """The score factor for a chunk lacking a condition the question names."""
+
+
+class Timings(TypedDict):
+    """Milliseconds per stage; a stage the run did not pass through is 0."""
+
+    retrieve_ms: float
+    """Embedding and the first-pass search."""
+    rerank_ms: float
+    """The grader scoring the first pass's candidates."""
+    crag_ms: float
+    """Everything the correction adds: grading, refinement, the rewrite and the second retrieval."""
+    generate_ms: float
+    """The generator."""
+
+
+class Trace(TypedDict):
+    """The `crag` decision trace returned with every answer (`fastcrag ask --json` prints the same fields)."""
+
+    action: Action
+    """The path taken: generate, refine, rewrite, abstain, or disabled / plain with CRAG off."""
+    band: Band | None
+    """The band of the top score (None when the run failed before grading)."""
+    top_score: float | None
+    """The best grader score."""
+    strips_kept: int
+    """Sentence strips that passed refinement (0 off the refine path)."""
+    rewritten_query: str | None
+    """The rewrite searched on the retry."""
+    rewriter: str | None
+    """Which rewrite ran: `llm` or `keyword`."""
+    retrieval: str | None
+    """The route of the last retrieval: hybrid, dense, lexical, or a fallback with its reason."""
+    verdicts: list[Verdict]
+    """Every candidate's grade, best first."""
+    timings: Timings
+    """Stage times of this question."""
+    failure: str | None
+    """Why the run abstained without grading or answering (a fault, an unusable question), else None."""
+    question: str | None
+    """The question graded and answered (standalone, for a chat turn)."""
+    conversation: str | None
+    """For chat input with earlier turns: how the question was made standalone, or why it was not."""
+    reranker: str | None
+    """The grader's name."""
+    thresholds: Thresholds | None
+    """The thresholds the run used (None where the settings could not be resolved)."""
 
 
 class InputState(TypedDict, total=False):
     """What a caller sends: a `question`, or chat `messages` whose last human message is the question."""
 
     question: str
+    """The question; intake replaces it with the cleaned (and, for a chat turn, standalone) question."""
     messages: Annotated[list[AnyMessage], add_messages]
+    """The chat, when the question comes as messages; the answer is appended to it (merged by `add_messages`)."""
 
 
 class OutputState(TypedDict, total=False):
     """What a caller gets back: the same fields as `fastcrag ask --json` (and the AI reply, for chat input)."""
 
     messages: Annotated[list[AnyMessage], add_messages]
-
+    """The chat with the answer appended as an AI message (chat input only)."""
     answer: str
+    """The answer, or the abstention message."""
     citations: list[Citation]
-    crag: dict[str, Any]
+    """The passages the answer rests on (none for an abstention)."""
+    crag: Trace
+    """The decision trace."""
 
 
 class State(InputState, OutputState, total=False):
-    """Everything the nodes share; each node returns a partial update of it."""
+    """Everything the nodes share; each node returns a partial update of it.
 
-    retry: bool  # the next retrieval uses `rewritten_query` (set by rewrite, cleared by retrieve)
+    A thread keeps its state between questions: intake (`fastcrag.graph.intake`) sets every per-question field
+    below afresh when a new question arrives.
+    """
+
+    query: str | None
+    """The query the next retrieval searches; None when no retrieval is pending.
+
+    Intake sets it to the question, `rewrite` to its rewrite, and `retrieve` consumes it (sets None): a retrieval
+    that finds no pending query starts a new question.
+    """
     rewrites: int
+    """Rewrites made for this question, capped by `FASTRAG_CRAG_MAX_REWRITES`."""
     rewritten_query: str | None
-    rewriter: str | None  # which rewrite ran: "llm" (the chat model) or "keyword" (searched lexically)
-    retrieval: str | None  # the route of the last retrieval: hybrid, dense, lexical, or a fallback with its reason
+    """The last rewrite, for the trace."""
+    rewriter: str | None
+    """Which rewrite ran: `llm` (the chat model) or `keyword` (its terms are searched lexically)."""
+    retrieval: str | None
+    """The route of the last retrieval: hybrid, dense, lexical, or a fallback with its reason."""
     candidates: list[Candidate]
+    """The graded candidates, best first."""
     band: Band | None
+    """The band of the top score."""
     top_score: float | None
-    verdicts: list[dict[str, Any]]
+    """The best grader score among the graded candidates."""
+    verdicts: list[Verdict]
+    """Every candidate's grade, for the trace."""
     context: list[Passage]
+    """The passages the generator reads: graded candidates, or refined strips."""
     strips_kept: int | None
-    action: Action | None  # the path's action, recorded by the node that took it (grade, refine, rewrite)
-    conversation: str | None  # chat input with earlier turns: how the question was made standalone (or why not)
+    """Sentence strips that passed refinement."""
+    action: Action | None
+    """The path's action, recorded by the node that took it (grade with CRAG off, refine, rewrite)."""
+    conversation: str | None
+    """For chat input with earlier turns: how the question was made standalone, or why it was not."""
     failure: str | None
-    timings: Annotated[dict[str, float], add_timings]
-
-
-def fresh_question() -> State:
-    """The update that starts a new question's trace (a thread keeps its state between questions)."""
-    return {
-        "rewrites": 0,
-        "rewritten_query": None,
-        "rewriter": None,
-        "retrieval": None,
-        "strips_kept": None,
-        "band": None,
-        "top_score": None,
-        "verdicts": [],
-        "context": [],
-        "action": None,
-        "conversation": None,
-        "timings": {FRESH: 0.0},
-    }
-
-
-def _text(message: AnyMessage) -> str:
-    return str(message.text if hasattr(message, "text") else message.content)
-
-
-def question_of(state: State) -> str:
-    """The question: the last chat message when it is a human one, else the `question` field."""
-    messages = state.get("messages") or []
-    if messages and messages[-1].type == "human":
-        return _text(messages[-1])
-    return str(state.get("question") or "")
-
-
-def earlier_turns(state: State) -> list[tuple[str, str]]:
-    """The (role, text) turns of a chat before its last human message (none for a plain `question`)."""
-    messages = state.get("messages") or []
-    if len(messages) < 2 or messages[-1].type != "human":
-        return []
-    return [(m.type, _text(m)) for m in messages[:-1] if m.type in ("human", "ai")]
-
-
-def reply(state: State, answer: str) -> dict[str, Any]:
-    """The AI message to append when the question came as chat messages (nothing otherwise)."""
-    return {"messages": [AIMessage(content=answer)]} if state.get("messages") else {}
-
-
-def trace(state: State, action: Action, timings: dict[str, float], extra: dict[str, Any]) -> dict[str, Any]:
-    """The `crag` decision trace returned with every answer."""
-    return {
-        "action": action,
-        "band": state.get("band"),
-        "top_score": state.get("top_score"),
-        "strips_kept": state.get("strips_kept") or 0,
-        "rewritten_query": state.get("rewritten_query"),
-        "rewriter": state.get("rewriter"),
-        "retrieval": state.get("retrieval"),
-        "verdicts": state.get("verdicts") or [],
-        "timings": {stage: round(timings.get(stage, 0.0), 3) for stage in STAGES},
-        "failure": state.get("failure"),
-        "question": state.get("question"),
-        "conversation": state.get("conversation"),
-        **extra,
-    }
+    """Why the run cannot answer (a fault, an unusable question); every route sends it to `abstain`."""
+    timings: dict[str, float]
+    """This question's milliseconds per stage so far: each timed node writes the totals with its own time added."""

@@ -21,8 +21,8 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from fastcrag import metrics
+from fastcrag.graph.nodes.abstain import abstention
 from fastcrag.graph.state import State
-from fastcrag.nodes.abstain import abstention
 from fastcrag.server.assistants import ASSISTANT_ID, GRAPH_ID
 from fastcrag.server.plans import STREAM_MODES, RunPlan, plan_run
 from fastcrag.server.service import Service, service_of

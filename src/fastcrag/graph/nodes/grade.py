@@ -8,9 +8,9 @@ from langgraph.config import get_stream_writer
 
 from fastcrag.components import Components
 from fastcrag.grading.bands import UNGRADED, band_of
+from fastcrag.graph.nodes import Node
+from fastcrag.graph.nodes.stage import Run, stage
 from fastcrag.graph.state import Passage, State
-from fastcrag.nodes import Node
-from fastcrag.nodes.stage import Run, stage
 
 
 def grade(state: State, run: Run) -> dict[str, Any]:

@@ -6,9 +6,9 @@ from typing import Any
 
 from fastcrag.components import Components
 from fastcrag.grading.reranker import checked_scores
+from fastcrag.graph.nodes import Node
+from fastcrag.graph.nodes.stage import Run, stage
 from fastcrag.graph.state import Passage, State
-from fastcrag.nodes import Node
-from fastcrag.nodes.stage import Run, stage
 from fastcrag.retrieval.text import count_tokens, split_sentences
 
 

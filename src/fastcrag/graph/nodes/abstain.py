@@ -9,9 +9,9 @@ from langgraph.runtime import Runtime
 from fastcrag import metrics
 from fastcrag.components import Components
 from fastcrag.config.settings import Context, RunConfig
-from fastcrag.graph.state import State, reply, trace
-from fastcrag.nodes import Node
-from fastcrag.nodes.stage import provenance
+from fastcrag.graph.nodes import Node
+from fastcrag.graph.nodes.stage import reply, trace
+from fastcrag.graph.state import State
 
 
 def abstention(parts: Components, state: State, context: Any) -> dict[str, Any]:
@@ -33,7 +33,7 @@ def abstention(parts: Components, state: State, context: Any) -> dict[str, Any]:
         **reply(state, message),
         "answer": message,
         "citations": [],
-        "crag": trace(state, "abstain", timings, provenance(parts, cfg)),
+        "crag": trace(state, "abstain", timings, parts, cfg),
     }
 
 

@@ -7,9 +7,9 @@ from typing import Any
 from fastcrag import metrics
 from fastcrag.components import Components
 from fastcrag.generation.generators import generate_answer
-from fastcrag.graph.state import Citation, State, add_timings, reply, trace
-from fastcrag.nodes import Node
-from fastcrag.nodes.stage import Run, provenance, stage
+from fastcrag.graph.nodes import Node
+from fastcrag.graph.nodes.stage import Run, reply, stage, trace
+from fastcrag.graph.state import Citation, State
 
 
 def generate(state: State, run: Run) -> dict[str, Any]:
@@ -31,8 +31,8 @@ def generate(state: State, run: Run) -> dict[str, Any]:
             raise ValueError("the generator returned an empty answer")
     except Exception as exc:  # never an answer without grounding: abstain with the reason
         return {"failure": f"generation failed: {type(exc).__name__}: {exc}"}
-    own = {"generate_ms": run.ms()}
-    timings = add_timings(state.get("timings"), own)
+    run.charge("generate_ms", run.ms())  # before the trace, which reports it
+    timings = run.timings()
     citations: list[Citation] = []
     for i in answer.used:
         p = passages[i]
@@ -43,8 +43,7 @@ def generate(state: State, run: Run) -> dict[str, Any]:
     return {
         "answer": text,
         "citations": citations,
-        "timings": own,
-        "crag": trace(state, action, timings, provenance(run.parts, cfg)),
+        "crag": trace(state, action, timings, run.parts, cfg),
         **reply(state, text),
     }
 

@@ -1,18 +1,25 @@
-"""Node `retrieve`: fetch candidates for the question (or its rewrite) and score them with the reranker."""
+"""Node `retrieve`: fetch candidates for the question (or its rewrite) and score them with the reranker.
+
+When a new question arrives (no retrieval pending), the node first runs intake (`fastcrag.graph.intake`), which
+starts the question; `retrieve` itself only searches, grades and orders.
+"""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
+from langgraph.runtime import Runtime
+
 from fastcrag.components import Components
+from fastcrag.config.settings import Context
 from fastcrag.grading.conditions import named_conditions, unmet_conditions
 from fastcrag.grading.reranker import scores_until
-from fastcrag.graph.state import Candidate, State, earlier_turns, fresh_question, question_of
-from fastcrag.nodes import Node
-from fastcrag.nodes.stage import Run, stage
+from fastcrag.graph import intake
+from fastcrag.graph.nodes import Node
+from fastcrag.graph.nodes.stage import Run, stage
+from fastcrag.graph.state import Candidate, State
 from fastcrag.retrieval.hybrid import HybridRetriever, Mode, chunk_key, fused_order
-from fastcrag.retrieval.text import clean_text
 
 
 def _candidate(doc: Any) -> Candidate:
@@ -21,47 +28,15 @@ def _candidate(doc: Any) -> Candidate:
     return {"chunk_id": chunk_key(text, meta), "source": str(meta.get("source", "")), "text": text, "score": 0.0}
 
 
-def start(state: State) -> State:
-    """Whatever follows: the retry flag cleared, and a fresh trace for a new question (a thread answers many)."""
-    first: State = {"retry": False, "failure": None, "candidates": []}
-    return first if state.get("retry") else first | fresh_question()
-
-
-def standalone(state: State, run: Run, question: str) -> tuple[str, str | None]:
-    """The question, made standalone from the conversation before it by the chat model, and how (None: no chat).
-
-    One structured call; whatever fails, the last message is used as it is, and the trace says why.
-    """
-    history = earlier_turns(state)
-    if not history or not question:
-        return question, None
-    try:
-        made = clean_text(run.parts.generator().standalone(history, question)).strip()
-    except NotImplementedError:
-        return question, "last message as it is (no chat model to read the conversation)"
-    except Exception as exc:  # never fatal: the question as asked is still a question
-        return question, f"last message as it is (the chat model failed: {type(exc).__name__}: {exc})"
-    if not made or len(made) > run.cfg.max_question_chars:
-        return question, "last message as it is (the chat model gave no usable question)"
-    return made, "standalone question by the chat model"
-
-
 def retrieve(state: State, run: Run) -> dict[str, Any]:
-    """Retrieve and rerank; failures and unusable questions become a traced `failure`."""
-    retry = bool(state.get("retry"))
-    question = clean_text(question_of(state)).strip()
+    """Search the pending `query`, grade the candidates against the question and order them best first.
+
+    A retriever or grader failure becomes a traced `failure`.
+    """
+    question = str(state.get("question") or "")
+    query = str(state.get("query") or question)
+    retry = state.get("rewrites", 0) > 0  # the query is a rewrite: this is the correction's second retrieval
     update: dict[str, Any] = {}
-    if not retry:
-        question, update["conversation"] = standalone(state, run, question)
-    else:
-        question = str(state.get("question") or question)
-    update["question"] = question
-    limit = run.cfg.max_question_chars
-    if not question:
-        return update | {"failure": "the question is empty"}
-    if len(question) > limit:
-        return update | {"failure": f"the question is longer than {limit} characters (FASTRAG_MAX_QUESTION_CHARS)"}
-    query = str(state.get("rewritten_query") or question) if retry else question
     # The retry reaches past what the first pass graded: those passages keep their scores (they were graded
     # against the same question) and the reranker grades only passages it has not seen.
     graded = {c["chunk_id"]: c for c in state.get("candidates") or [] if not c.get("ungraded")} if retry else {}
@@ -103,15 +78,26 @@ def retrieve(state: State, run: Run) -> dict[str, Any]:
     pool = [*scored, *graded.values()]
     candidates = [pool[i] for i in fused_order([c["score"] for c in pool], run.cfg.rerank_weight)]
     candidates += [{**c, "ungraded": True} for c in fresh[len(scores) :]]
-    # a second retrieval is part of the correction's cost
-    timings = (
-        {"crag_ms": (reranked - started) * 1000}
-        if retry
-        else {"retrieve_ms": (fetched - started) * 1000, "rerank_ms": (reranked - fetched) * 1000}
-    )
-    return update | {"candidates": candidates, "timings": timings}
+    if retry:  # a second retrieval is part of the correction's cost
+        run.charge("crag_ms", (reranked - started) * 1000)
+    else:
+        run.charge("retrieve_ms", (fetched - started) * 1000)
+        run.charge("rerank_ms", (reranked - fetched) * 1000)
+    return update | {"candidates": candidates}
 
 
 def make(parts: Components) -> Node:
-    """Build the node over `parts`."""
-    return stage(parts, retrieve, None, on_start=start)
+    """Build the node over `parts`: intake when a new question arrives, then `retrieve`."""
+    search = stage(parts, retrieve, None)
+
+    def retrieve_node(state: State, *, runtime: Runtime[Context]) -> dict[str, Any]:
+        """Start the question when none is pending, then search its `query` (consumed whatever the search does)."""
+        start: State = {}
+        if state.get("query") is None:  # no retrieval pending: a new question arrived
+            start = intake.start(state, parts, runtime.context)
+            if start.get("failure"):
+                return dict(start)
+        return {**start, **search({**state, **start}, runtime=runtime), "query": None}
+
+    retrieve_node.__name__ = "retrieve"
+    return retrieve_node

@@ -6,9 +6,9 @@ from typing import Any
 
 from fastcrag.components import Components
 from fastcrag.generation.rewriters import keyword_rewrite
+from fastcrag.graph.nodes import Node
+from fastcrag.graph.nodes.stage import Run, stage
 from fastcrag.graph.state import State
-from fastcrag.nodes import Node
-from fastcrag.nodes.stage import Run, stage
 from fastcrag.retrieval.hybrid import HybridRetriever
 from fastcrag.retrieval.text import normalise
 
@@ -32,13 +32,13 @@ def rewrite(state: State, run: Run) -> dict[str, Any]:
     update: dict[str, Any] = {"rewrites": state.get("rewrites", 0) + 1}
     query, why = llm_rewrite(run.parts, question)
     if query is not None:
-        return update | {"rewritten_query": query, "rewriter": "llm", "retry": True, "action": "rewrite"}
+        return update | {"rewritten_query": query, "query": query, "rewriter": "llm", "action": "rewrite"}
     retriever = run.parts.retriever()
     idf = retriever.idf() if isinstance(retriever, HybridRetriever) else None
     # candidates are best first (retrieve sorts them); keyword_rewrite reads the top few
     keywords = keyword_rewrite(question, [c["text"] for c in state.get("candidates") or []], idf)
     if keywords and normalise(keywords) != normalise(question):
-        return update | {"rewritten_query": keywords, "rewriter": "keyword", "retry": True, "action": "rewrite"}
+        return update | {"rewritten_query": keywords, "query": keywords, "rewriter": "keyword", "action": "rewrite"}
     return update | {"failure": f"rewrite failed: the chat model gave no rewrite ({why}); no keywords to search"}
 
 
