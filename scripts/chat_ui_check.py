@@ -311,9 +311,13 @@ def conversation(page: Any, client: Any, turn_timeout: float, result: dict[str, 
         page.locator("form button[type=submit]", has_text="Send").click()
         log(f"turn {turn}: sent {question!r}")
         t0 = time.monotonic()
+
+        def answered(s: dict[str, Any], n: int = turn) -> bool:
+            return bool(s.get("ai", 0) >= n and s.get("human", 0) >= n and not s.get("loading"))
+
         state = poll(
             page,
-            lambda s, n=turn: s.get("ai", 0) >= n and s.get("human", 0) >= n and not s.get("loading"),
+            answered,
             turn_timeout,
             f"answer {turn}",
             idle_give_up=10,
@@ -399,15 +403,18 @@ def sdk_check(server_url: str, thread_id: str) -> tuple[bool, str]:
     mine = [t for t in found if t["thread_id"] == thread_id]
     if not mine:
         every = [t for t in client.threads.search(limit=1000) if t["thread_id"] == thread_id]
-        kinds = [m.get("type") for m in ((every[0].get("values") or {}).get("messages", []) if every else [])]
+        held: Any = (every[0].get("values") or {}) if every else {}
+        kinds = [m.get("type") for m in held.get("messages", [])]
         return False, (
             f"threads.search(metadata={{'graph_id': 'crag'}}) (the UI's query) did not return {thread_id} "
             f"({len(found)} threads); without the filter it is "
             + (f"there with {len(kinds)} messages {kinds}, metadata {every[0].get('metadata')}" if every else "missing")
         )
-    msgs = (mine[0].get("values") or {}).get("messages", [])
+    values: Any = mine[0].get("values") or {}
+    msgs = values.get("messages", [])
     if not msgs:
-        msgs = client.threads.get_state(thread_id)["values"].get("messages", [])
+        state: Any = client.threads.get_state(thread_id)["values"]
+        msgs = state.get("messages", [])
     kinds = [m.get("type") for m in msgs]
     ok = kinds == ["human", "ai", "human", "ai"]
     return ok, f"thread {thread_id}: {len(msgs)} messages {kinds}, metadata {mine[0].get('metadata')}"
