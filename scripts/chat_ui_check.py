@@ -2,11 +2,11 @@
 
 What it does
 ------------
-1. starts `fastcrag serve` (1 worker, a free loopback port, no API key, SQLite checkpoints in a temp folder,
-   HF_HUB_OFFLINE=1, FASTRAG_LLM=extractive);
+1. starts `fastcrag serve` (`fastcrag.evaluation.launch.serve`: 1 worker, a free loopback port, no API key, SQLite
+   checkpoints in a temp folder, HF_HUB_OFFLINE=1, FASTRAG_LLM=extractive);
 2. starts the built Agent Chat UI (`next start`, a free loopback port);
-3. opens it in headless Chromium (/usr/bin/chromium, driven over the Chrome DevTools protocol with the
-   `websockets` package; no Playwright), with `?apiUrl=...&assistantId=crag&chatHistoryOpen=true`;
+3. opens it in headless Chromium (Debian's chromium driven by Playwright's sync API, as the browser test drives it;
+   `bash scripts/install-browser.sh` installs both) with `?apiUrl=...&assistantId=crag&chatHistoryOpen=true`;
 4. sends "How does the with statement work?", waits for the answer, then "What does the global statement do?",
    waits again, and checks that both answers (read back from the thread's state) are shown in the page;
 5. reloads the page on the thread (the UI loads it back from the server) and checks that the
@@ -15,7 +15,7 @@ What it does
 7. saves a screenshot (`--screenshot`, default runs/chat-ui.png) and stops everything it started.
 
 Exit status 0 when every check passed, 1 otherwise; the server and UI logs, the failed requests the browser saw
-(method, URL, status, CORS errors) and the console errors are printed on failure (and with -v).
+(method, URL, status, failure) and the console errors are printed on failure (and with -v).
 
 Two ways the UI reaches the server (`--mode`):
 - `direct` (default): the browser calls fastcrag serve itself (`apiUrl=http://127.0.0.1:SERVER`), the way the UI
@@ -27,11 +27,10 @@ Two ways the UI reaches the server (`--mode`):
 Building the UI (done once; `--build` does exactly this, into `--ui-dir`, default runs/agent-chat-ui/app)
 -------------------------------------------------------------------------------------------------
 The UI is https://github.com/langchain-ai/agent-chat-ui (checked with commit fdc87e6, Next 15.5.21,
-@langchain/langgraph-sdk 1.8.10). It lives OUTSIDE this repository:
+@langchain/langgraph-sdk 1.8.10). It lives outside this repository, and its packages come from the npm registry:
 
-    mkdir -p runs/agent-chat-ui/app
-    git -C /work/.mirror/langchain-ai+agent-chat-ui/repo archive HEAD | tar -x -C runs/agent-chat-ui/app
-        # (or: git clone --depth 1 https://github.com/langchain-ai/agent-chat-ui runs/agent-chat-ui/app)
+    git clone --depth 1 https://github.com/langchain-ai/agent-chat-ui runs/agent-chat-ui/app
+        # (or --ui-source DIR: unpack HEAD of a local clone of it instead)
     cd runs/agent-chat-ui/app
     npx -y pnpm@10.5.1 install --frozen-lockfile                     # about 30 s
     NEXT_TELEMETRY_DISABLED=1 NEXT_PUBLIC_ASSISTANT_ID=crag \
@@ -39,7 +38,7 @@ The UI is https://github.com/langchain-ai/agent-chat-ui (checked with commit fdc
       npx next build --no-lint                                       # about 90 s on 2 busy cores
 
 `font-mock.cjs` (written by --build next to the app folder) stands in for Google Fonts: the layout uses
-next/font/google (Inter), which `next build` downloads, and there is no internet here; with the mock the page
+next/font/google (Inter), which `next build` downloads; with the mock the build needs no font server and the page
 uses a local/fallback font. NEXT_PUBLIC_* values are inlined at build time, so the server URL is NOT baked in:
 the script passes it as the `apiUrl` query parameter (which the UI prefers over NEXT_PUBLIC_API_URL), so any
 port works without a rebuild. To run the UI by hand:
@@ -58,14 +57,11 @@ Usage
 from __future__ import annotations
 
 import argparse
-import asyncio
-import base64
 import contextlib
 import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -73,16 +69,17 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from fastcrag.evaluation.launch import free_port
+from fastcrag.evaluation.launch import OFFLINE_ENV, ServerProcess, ServerStartError, free_port, launch, serve
 
 REPO = Path(__file__).resolve().parents[1]
-MIRROR = Path("/work/.mirror/langchain-ai+agent-chat-ui/repo")
 UI_GIT_URL = "https://github.com/langchain-ai/agent-chat-ui"
 PNPM = "pnpm@10.5.1"
 QUESTIONS = ("How does the with statement work?", "What does the global statement do?")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run", "--disable-extensions"]
 FONT_MOCK = """\
 // Offline stand-in for Google Fonts during `next build` (next/font/google): every CSS URL gets a
 // local() @font-face, so no font file is downloaded and the page falls back to a system font.
@@ -97,50 +94,39 @@ def log(msg: str) -> None:
     print(f"[chat-ui-check {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def http_get(url: str, timeout: float = 5.0) -> tuple[int, str]:
-    """(status, body) of a GET."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.status, r.read().decode("utf-8", "replace")
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode("utf-8", "replace")
-
-
-def wait_http(url: str, timeout: float, proc: subprocess.Popen, what: str) -> None:
-    """Wait until `url` answers below 500, failing early when `proc` exits."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with {proc.returncode} before answering {url}")
-        with contextlib.suppress(OSError):
-            status, _ = http_get(url, timeout=2)
-            if status < 500:
-                return
-        time.sleep(0.5)
-    raise RuntimeError(f"{what} did not answer {url} within {timeout:.0f} s")
+def chromium_path() -> str | None:
+    """Debian's chromium (what scripts/install-browser.sh installs), or another on PATH."""
+    for candidate in ("/usr/bin/chromium", shutil.which("chromium"), shutil.which("chromium-browser")):
+        if candidate and Path(candidate).exists():
+            return candidate
+    return None
 
 
 # ----------------------------------------------------------------------------------------------------- build
 
 
-def run_step(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> float:
-    """Run one build command (output shown), returning its seconds."""
+def run_step(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> None:
+    """Run one build command, its output shown, and log how long it took."""
     log(f"$ (cd {cwd} && {' '.join(cmd)})")
     t0 = time.monotonic()
     subprocess.run(cmd, cwd=cwd, env={**os.environ, **(env or {})}, check=True)
-    took = time.monotonic() - t0
-    log(f"  took {took:.0f} s")
-    return took
+    log(f"  took {time.monotonic() - t0:.0f} s")
 
 
-def build_ui(ui_dir: Path, force: bool) -> None:
-    """Fetch the Agent Chat UI into ui_dir (if empty), install its packages and `next build` it."""
+def build_ui(ui_dir: Path, force: bool, source: Path | None) -> None:
+    """Fetch the Agent Chat UI into `ui_dir` (if empty), install its npm packages and `next build` it.
+
+    Args:
+        ui_dir: The UI's work tree.
+        force: Install and build again even when built.
+        source: A local git clone of the UI to unpack (its HEAD) instead of cloning from GitHub.
+    """
     font_mock = ui_dir.parent / "font-mock.cjs"
     if not (ui_dir / "package.json").exists():
         ui_dir.mkdir(parents=True, exist_ok=True)
-        if MIRROR.exists():
-            log(f"unpacking {MIRROR} HEAD into {ui_dir}")
-            archive = subprocess.run(["git", "-C", str(MIRROR), "archive", "HEAD"], check=True, capture_output=True)
+        if source is not None:
+            log(f"unpacking HEAD of {source} into {ui_dir}")
+            archive = subprocess.run(["git", "-C", str(source), "archive", "HEAD"], check=True, capture_output=True)
             subprocess.run(["tar", "-x", "-C", str(ui_dir)], input=archive.stdout, check=True)
         else:
             ui_dir.rmdir()
@@ -149,67 +135,62 @@ def build_ui(ui_dir: Path, force: bool) -> None:
     if force or not (ui_dir / "node_modules" / ".bin" / "next").exists():
         run_step(["npx", "-y", PNPM, "install", "--frozen-lockfile"], cwd=ui_dir)
     if force or not (ui_dir / ".next" / "BUILD_ID").exists():
+        env = {"NEXT_TELEMETRY_DISABLED": "1", "NEXT_PUBLIC_ASSISTANT_ID": "crag"}
         run_step(
             ["npx", "next", "build", "--no-lint"],
             cwd=ui_dir,
-            env={
-                "NEXT_TELEMETRY_DISABLED": "1",
-                "NEXT_PUBLIC_ASSISTANT_ID": "crag",
-                "NEXT_FONT_GOOGLE_MOCKED_RESPONSES": str(font_mock),
-            },
+            env={**env, "NEXT_FONT_GOOGLE_MOCKED_RESPONSES": str(font_mock)},
         )
     else:
         log(f"{ui_dir}/.next already built (use --rebuild to build again)")
 
 
-# ----------------------------------------------------------------------------------------------------- CDP
+# ----------------------------------------------------------------------------------------------------- servers
 
 
-class CDP:
-    """A minimal Chrome DevTools protocol client over one page target's websocket."""
+def page_answers(server: ServerProcess) -> bool:
+    """Whether the UI's front page answers below 500 (`next start` has no `/ok`)."""
+    try:
+        with urllib.request.urlopen(f"{server.url}/", timeout=2) as r:
+            return int(r.status) < 500
+    except urllib.error.HTTPError as e:
+        return e.code < 500
+    except OSError:
+        return False
 
-    def __init__(self, ws: Any) -> None:
-        self.ws = ws
-        self.next_id = 0
-        self.pending: dict[int, asyncio.Future] = {}
-        self.events: list[dict] = []
-        self.reader = asyncio.create_task(self._read())
 
-    async def _read(self) -> None:
-        async for raw in self.ws:
-            msg = json.loads(raw)
-            if "id" in msg:
-                fut = self.pending.pop(msg["id"], None)
-                if fut and not fut.done():
-                    if "error" in msg:
-                        fut.set_exception(RuntimeError(f"CDP error: {msg['error']}"))
-                    else:
-                        fut.set_result(msg.get("result", {}))
-            else:
-                self.events.append(msg)
+@contextlib.contextmanager
+def fastcrag_server(args: argparse.Namespace, tmp: Path, ui_url: str) -> Iterator[str]:
+    """The URL of `fastcrag serve` started for the check (or of `--server-url`), stopped on exit."""
+    if args.server_url:
+        (tmp / "server.log").write_text(f"(server at {args.server_url} not started by this script)\n")
+        log(f"using the running server {args.server_url}")
+        yield args.server_url.rstrip("/")
+        return
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTRAG_API_KEY")}
+    env.update(OFFLINE_ENV, FASTRAG_LLM="extractive", FASTRAG_CHECKPOINTS=str(tmp / "threads.sqlite"))
+    # 10 minutes: the first serve on a machine builds the embedded Python-reference index before it is ready
+    with serve(tmp, env, "--cors-origins", ui_url, workers=1, timeout_s=600) as server:
+        (tmp / "server.log").symlink_to(server.log)
+        log(f"fastcrag serve on {server.url} (ready in {server.start_s:.0f} s, log {server.log})")
+        yield server.url
 
-    async def send(self, method: str, params: dict | None = None, timeout: float = 30) -> dict:
-        """Call a CDP method and return its result."""
-        self.next_id += 1
-        fut = asyncio.get_running_loop().create_future()
-        self.pending[self.next_id] = fut
-        await self.ws.send(json.dumps({"id": self.next_id, "method": method, "params": params or {}}))
-        return await asyncio.wait_for(fut, timeout)
 
-    async def js(self, expression: str, timeout: float = 30) -> Any:
-        """Evaluate `expression` in the page and return its JSON value."""
-        res = await self.send(
-            "Runtime.evaluate",
-            {"expression": expression, "returnByValue": True, "awaitPromise": True},
-            timeout=timeout,
-        )
-        if "exceptionDetails" in res:
-            raise RuntimeError(f"page script failed: {res['exceptionDetails']}")
-        return res["result"].get("value")
+@contextlib.contextmanager
+def chat_ui(ui_dir: Path, port: int, server_url: str, tmp: Path) -> Iterator[str]:
+    """The URL of the built Agent Chat UI (`next start` on `port`, forwarding `/api` to `server_url`)."""
+    env = {**os.environ, "NEXT_TELEMETRY_DISABLED": "1", "LANGGRAPH_API_URL": server_url, "LANGSMITH_API_KEY": ""}
+    cmd = [str(ui_dir / "node_modules" / ".bin" / "next"), "start", "-H", "127.0.0.1", "-p", str(port)]
+    with launch(cmd, port, tmp / "ui.log", env=env, cwd=ui_dir, ready=page_answers, timeout_s=90) as ui:
+        log(f"Agent Chat UI (next start) on {ui.url} (log {ui.log})")
+        yield ui.url
+
+
+# ----------------------------------------------------------------------------------------------------- browser
 
 
 PAGE_STATE_JS = r"""
-(() => {
+() => {
   const buttons = [...document.querySelectorAll('button')];
   const ta = document.querySelector('textarea');
   const side = [...document.querySelectorAll('h1')].find(h => h.textContent.trim() === 'Thread History');
@@ -223,61 +204,57 @@ PAGE_STATE_JS = r"""
     url: location.href,
     text: document.body.innerText,
   };
-})()
-"""
-
-SEND_JS = r"""
-(() => {
-  const b = [...document.querySelectorAll('form button[type=submit]')].find(b => b.textContent.trim() === 'Send');
-  if (!b) return 'no Send button';
-  if (b.disabled) return 'Send button disabled';
-  b.click();
-  return 'ok';
-})()
+}
 """
 
 
-def summarize_network(events: list[dict], interesting: str) -> tuple[list[str], list[str]]:
-    """(every request to the API, failed ones) from the collected Network/Log/Runtime events."""
-    requests: dict[str, dict] = {}
-    lines: list[str] = []
-    failures: list[str] = []
-    for ev in events:
-        m, p = ev.get("method"), ev.get("params", {})
-        if m == "Network.requestWillBeSent":
-            req = p["request"]
-            requests[p["requestId"]] = {"method": req["method"], "url": req["url"], "body": req.get("postData")}
-        elif m == "Network.responseReceived":
-            r = requests.get(p["requestId"])
-            if r is not None:
-                r["status"] = p["response"]["status"]
-        elif m == "Network.loadingFailed":
-            r = requests.get(p["requestId"])
-            if r is not None and p.get("canceled"):
-                r["cancelled"] = True  # the page aborted it (the SDK does once a stream's last event is read)
-            elif r is not None:
-                r["failed"] = f"{p.get('errorText')} {p.get('corsErrorStatus') or p.get('blockedReason') or ''}".strip()
-        elif m == "Runtime.consoleAPICalled" and p.get("type") in ("error", "warning"):
-            args = " ".join(str(a.get("value", a.get("description", ""))) for a in p.get("args", []))
-            failures.append(f"console.{p['type']}: {args[:400]}")
-        elif m == "Log.entryAdded" and p["entry"].get("level") in ("error", "warning"):
-            e = p["entry"]
-            failures.append(f"browser {e['level']}: {e.get('text', '')[:400]} {e.get('url', '')}")
-        elif m == "Runtime.exceptionThrown":
-            failures.append(
-                f"page exception: {p['exceptionDetails'].get('exception', {}).get('description', '')[:400]}"
-            )
-    for r in requests.values():
-        if interesting not in r["url"]:
-            continue
-        status = r.get("status", "-")
-        body = (r["body"] or "")[:300]
-        line = f"{r['method']} {r['url']} -> {status}{' FAILED ' + r['failed'] if 'failed' in r else ''}"
-        line += " (then cancelled by the page)" if r.get("cancelled") else ""
-        lines.append(line + (f"  body={body}" if body else ""))
-        if "failed" in r or (isinstance(status, int) and status >= 400):
-            failures.append(line + (f"  body={body}" if body else ""))
-    return lines, failures
+class Observed:
+    """What the browser saw: every request (method, URL, body, status or failure) and its errors."""
+
+    def __init__(self, page: Any) -> None:
+        """Listen to `page`'s requests, responses, failures, console errors and warnings, and exceptions."""
+        self.requests: dict[int, dict[str, Any]] = {}
+        self.errors: list[str] = []
+        page.on("request", self._request)
+        page.on("response", lambda r: self._entry(r.request).update(status=r.status))
+        page.on("requestfailed", lambda r: self._entry(r.request).update(failed=(r.failure or "failed")))
+        page.on("console", self._console)
+        page.on("pageerror", lambda exc: self.errors.append(f"page exception: {str(exc)[:400]}"))
+
+    def _request(self, request: Any) -> None:
+        self.requests[id(request)] = {"method": request.method, "url": request.url, "body": request.post_data}
+
+    def _entry(self, request: Any) -> dict[str, Any]:
+        return self.requests.setdefault(id(request), {"method": request.method, "url": request.url, "body": None})
+
+    def _console(self, msg: Any) -> None:
+        if msg.type in ("error", "warning"):
+            self.errors.append(f"console.{msg.type}: {msg.text[:400]}")
+
+    def summary(self, interesting: str) -> tuple[list[str], list[str]]:
+        """(every request to the API, the failures: failed or >= 400 requests and the page's errors)."""
+        lines: list[str] = []
+        failures = list(self.errors)
+        for r in self.requests.values():
+            if interesting not in r["url"]:
+                continue
+            status = r.get("status", "-")
+            failed = r.get("failed")
+            # the SDK aborts a stream once it has read its last event: cancelled by the page, not a failure
+            cancelled = failed == "net::ERR_ABORTED"
+            line = f"{r['method']} {r['url']} -> {status}"
+            line += " (then cancelled by the page)" if cancelled else (f" FAILED {failed}" if failed else "")
+            body = (r["body"] or "")[:300]
+            line += f"  body={body}" if body else ""
+            lines.append(line)
+            if (failed and not cancelled) or (isinstance(status, int) and status >= 400):
+                failures.append(line)
+        return lines, failures
+
+    def write(self, path: Path) -> None:
+        """Write the requests and errors as JSON lines."""
+        rows = [{"request": r} for r in self.requests.values()] + [{"error": e} for e in self.errors]
+        path.write_text("\n".join(json.dumps(row) for row in rows))
 
 
 def words(text: str) -> set[str]:
@@ -293,151 +270,151 @@ def message_text(msg: Any) -> str:
     return str(content or "")
 
 
-async def browser_session(args: argparse.Namespace, ws_url: str, page_url: str, server_url: str) -> dict:
-    """Drive the UI through both turns; returns what was observed."""
-    import websockets
-    from langgraph_sdk import get_client
+def poll(
+    page: Any, pred: Callable[[dict[str, Any]], bool], timeout: float, what: str, idle_give_up: float | None = None
+) -> dict[str, Any]:
+    """Read the page's state until `pred(state)`; raise TimeoutError naming `what` and the last state.
 
-    client = get_client(url=server_url)
-    interesting = "/api/" if args.mode == "proxy" else server_url
-    result: dict[str, Any] = {"checks": {}, "answers": []}
-    async with websockets.connect(ws_url, max_size=64 * 1024 * 1024) as ws:
-        cdp = CDP(ws)
-        for domain in ("Page", "Runtime", "Network", "Log"):
-            await cdp.send(f"{domain}.enable")
-        await cdp.send(
-            "Emulation.setDeviceMetricsOverride",
-            {"width": 1400, "height": 1000, "deviceScaleFactor": 1, "mobile": False},
+    With `idle_give_up`, stop once the UI has not been loading for that many seconds in a row (it gave up: a request
+    failed).
+    """
+    deadline = time.monotonic() + timeout
+    state: dict[str, Any] = {}
+    idle_since: float | None = None
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):  # the page may be navigating: read it again
+            state = page.evaluate(PAGE_STATE_JS) or {}
+            if pred(state):
+                return state
+            if state.get("loading"):
+                idle_since = None
+            elif idle_give_up is not None:
+                idle_since = idle_since or time.monotonic()
+                if time.monotonic() - idle_since > idle_give_up:
+                    break
+        time.sleep(0.5)
+    raise TimeoutError(
+        f"gave up after {timeout if idle_since is None else idle_give_up:.0f} s waiting for {what}"
+        + ("" if idle_since is None else " (the UI stopped loading without it: see the failed requests)")
+        + "; page state: "
+        + json.dumps({k: v for k, v in state.items() if k != "text"})
+        + f"; page text: {state.get('text', '')[:600]!r}"
+    )
+
+
+def conversation(page: Any, client: Any, turn_timeout: float, result: dict[str, Any]) -> None:
+    """Hold both turns, then reload on the thread; record each check in `result`."""
+    poll(page, lambda s: bool(s.get("ready")), 60, "the chat input")
+    state: dict[str, Any] = {}
+    for turn, question in enumerate(QUESTIONS, start=1):
+        page.locator("textarea").fill(question)
+        page.locator("form button[type=submit]", has_text="Send").click()
+        log(f"turn {turn}: sent {question!r}")
+        t0 = time.monotonic()
+
+        def answered(s: dict[str, Any], n: int = turn) -> bool:
+            return bool(s.get("ai", 0) >= n and s.get("human", 0) >= n and not s.get("loading"))
+
+        state = poll(
+            page,
+            answered,
+            turn_timeout,
+            f"answer {turn}",
+            idle_give_up=10,
         )
-        log(f"browser: {page_url}")
-        await cdp.send("Page.navigate", {"url": page_url})
+        log(f"turn {turn}: answered in {time.monotonic() - t0:.1f} s ({state['ai']} AI / {state['human']} human shown)")
+        if state.get("toasts"):
+            log(f"turn {turn}: toasts: {state['toasts']}")
+        tid = urllib.parse.parse_qs(urllib.parse.urlparse(state["url"]).query).get("threadId", [None])[0]
+        result["thread_id"] = tid
+        if not tid:
+            raise RuntimeError(f"turn {turn}: the page URL has no threadId: {state['url']}")
+        msgs = client.threads.get_state(tid)["values"].get("messages", [])
+        answer = message_text(msgs[-1]) if msgs else ""
+        result["answers"].append(answer)
+        want = words(answer)
+        cover = len(want & words(state["text"])) / max(1, len(want))
+        ok = bool(answer) and cover >= 0.8 and question in state["text"]
+        result["checks"][f"turn {turn}: question and answer shown ({cover:.0%} of the answer's words)"] = ok
+        log(f"turn {turn}: answer {answer[:160]!r}... shown: {cover:.0%} of its words")
 
-        async def poll(pred, timeout: float, what: str, idle_give_up: float | None = None) -> dict:
-            """Poll the page until `pred(state)`.
-
-            With idle_give_up, stop once the UI has not been loading for that many seconds in a row
-            (it gave up: a request failed).
-            """
-            deadline = time.monotonic() + timeout
-            state: dict = {}
-            idle_since = None
-            while time.monotonic() < deadline:
-                with contextlib.suppress(RuntimeError, asyncio.TimeoutError):
-                    state = await cdp.js(PAGE_STATE_JS) or {}
-                    if pred(state):
-                        return state
-                    if state.get("loading"):
-                        idle_since = None
-                    elif idle_give_up is not None:
-                        idle_since = idle_since or time.monotonic()
-                        if time.monotonic() - idle_since > idle_give_up:
-                            break
-                await asyncio.sleep(0.5)
-            raise TimeoutError(
-                f"gave up after {timeout if idle_since is None else idle_give_up:.0f} s waiting for {what}"
-                + ("" if idle_since is None else " (the UI stopped loading without it: see the failed requests)")
-                + "; page state: "
-                + json.dumps({k: v for k, v in state.items() if k != "text"})
-                + f"; page text: {state.get('text', '')[:600]!r}"
-            )
-
+    # reload on the thread: the UI loads it back from the server and lists it in the sidebar
+    page.goto(state["url"] if "chatHistoryOpen" in state["url"] else state["url"] + "&chatHistoryOpen=true")
+    for name, pred, timeout in (
+        (
+            "after reload: both turns loaded back from the server",
+            lambda s: s.get("ai", 0) >= 2 and s.get("human", 0) >= 2 and all(q in s["text"] for q in QUESTIONS),
+            60,
+        ),
+        (
+            "after reload: the thread is listed in Thread History (threads.search by graph_id)",
+            lambda s: bool(s.get("sidebar")) and QUESTIONS[0] in s["sidebar"],
+            15,
+        ),
+    ):
         try:
-            await poll(lambda s: s.get("ready"), 60, "the chat input")
-            for turn, question in enumerate(QUESTIONS, start=1):
-                await cdp.js("document.querySelector('textarea').focus()")
-                await cdp.send("Input.insertText", {"text": question})
-                await asyncio.sleep(0.3)
-                sent = await cdp.js(SEND_JS)
-                if sent != "ok":
-                    raise RuntimeError(f"turn {turn}: could not send: {sent}")
-                log(f"turn {turn}: sent {question!r}")
-                t0 = time.monotonic()
-                state = await poll(
-                    lambda s, n=turn: s.get("ai", 0) >= n and s.get("human", 0) >= n and not s.get("loading"),
-                    args.turn_timeout,
-                    f"answer {turn}",
-                    idle_give_up=10,
-                )
-                log(
-                    f"turn {turn}: answered in {time.monotonic() - t0:.1f} s "
-                    f"({state['ai']} AI / {state['human']} human messages shown)"
-                )
-                if state.get("toasts"):
-                    log(f"turn {turn}: toasts: {state['toasts']}")
-                tid = urllib.parse.parse_qs(urllib.parse.urlparse(state["url"]).query).get("threadId", [None])[0]
-                result["thread_id"] = tid
-                if not tid:
-                    raise RuntimeError(f"turn {turn}: the page URL has no threadId: {state['url']}")
-                st = await client.threads.get_state(tid)
-                msgs = st["values"].get("messages", [])
-                answer = message_text(msgs[-1]) if msgs else ""
-                result["answers"].append(answer)
-                want = words(answer)
-                seen = words(state["text"])
-                cover = len(want & seen) / max(1, len(want))
-                ok = bool(answer) and cover >= 0.8 and question in state["text"]
-                result["checks"][f"turn {turn}: question and answer shown ({cover:.0%} of the answer's words)"] = ok
-                log(f"turn {turn}: answer {answer[:160]!r}... shown: {cover:.0%} of its words")
+            state = poll(page, pred, timeout, name)
+            result["checks"][name] = True
+        except TimeoutError as exc:
+            log(str(exc)[:400])
+            result["checks"][name] = False
+    result["sidebar"] = state.get("sidebar")
 
-            # reload on the thread: the UI loads it back from the server and lists it in the sidebar
-            reload_url = state["url"] if "chatHistoryOpen" in state["url"] else state["url"] + "&chatHistoryOpen=true"
-            await cdp.send("Page.navigate", {"url": reload_url})
-            await asyncio.sleep(1)
-            for name, pred, timeout in (
-                (
-                    "after reload: both turns loaded back from the server",
-                    lambda s: s.get("ai", 0) >= 2 and s.get("human", 0) >= 2 and all(q in s["text"] for q in QUESTIONS),
-                    60,
-                ),
-                (
-                    "after reload: the thread is listed in Thread History (threads.search by graph_id)",
-                    lambda s: bool(s.get("sidebar")) and QUESTIONS[0] in s["sidebar"],
-                    15,
-                ),
-            ):
-                try:
-                    state = await poll(pred, timeout, name)
-                    result["checks"][name] = True
-                except TimeoutError as exc:
-                    log(str(exc)[:400])
-                    result["checks"][name] = False
-            result["sidebar"] = state.get("sidebar")
-        except Exception as exc:
-            log(f"browser session failed: {type(exc).__name__}: {exc}")
-            result["checks"]["browser session"] = False
+
+def browser_session(args: argparse.Namespace, page_url: str, server_url: str) -> dict[str, Any]:
+    """Drive the UI through both turns in headless Chromium; returns what was observed."""
+    from langgraph_sdk import get_sync_client
+    from playwright.sync_api import sync_playwright
+
+    client = get_sync_client(url=server_url)
+    result: dict[str, Any] = {"checks": {}, "answers": []}
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=args.chromium, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            seen = Observed(page)
+            log(f"browser: {page_url}")
+            page.goto(page_url)
+            try:
+                conversation(page, client, args.turn_timeout, result)
+            except Exception as exc:
+                log(f"browser session failed: {type(exc).__name__}: {exc}")
+                result["checks"]["browser session"] = False
+            finally:
+                path = Path(args.screenshot)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                page.screenshot(path=str(path))
+                log(f"screenshot: {path}")
+                interesting = "/api/" if args.mode == "proxy" else server_url
+                result["requests"], result["failures"] = seen.summary(interesting)
+                if args.events:
+                    seen.write(Path(args.events))
         finally:
-            shot = await cdp.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": False})
-            path = Path(args.screenshot)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(base64.b64decode(shot["data"]))
-            log(f"screenshot: {path}")
-            lines, failures = summarize_network(cdp.events, interesting)
-            result["requests"], result["failures"] = lines, failures
-            cdp.reader.cancel()
-            if args.events:
-                Path(args.events).write_text("\n".join(json.dumps(e) for e in cdp.events))
+            browser.close()
     return result
 
 
-async def sdk_check(server_url: str, thread_id: str) -> tuple[bool, str]:
+def sdk_check(server_url: str, thread_id: str) -> tuple[bool, str]:
     """Whether `threads.search` (by graph_id, as the UI asks) returns the thread with human/ai/human/ai."""
-    from langgraph_sdk import get_client
+    from langgraph_sdk import get_sync_client
 
-    client = get_client(url=server_url)
-    found = await client.threads.search(metadata={"graph_id": "crag"}, limit=100)
+    client = get_sync_client(url=server_url)
+    found = client.threads.search(metadata={"graph_id": "crag"}, limit=100)
     mine = [t for t in found if t["thread_id"] == thread_id]
     if not mine:
-        every = [t for t in await client.threads.search(limit=1000) if t["thread_id"] == thread_id]
-        kinds = [m.get("type") for m in ((every[0].get("values") or {}).get("messages", []) if every else [])]
+        every = [t for t in client.threads.search(limit=1000) if t["thread_id"] == thread_id]
+        held: Any = (every[0].get("values") or {}) if every else {}
+        kinds = [m.get("type") for m in held.get("messages", [])]
         return False, (
             f"threads.search(metadata={{'graph_id': 'crag'}}) (the UI's query) did not return {thread_id} "
             f"({len(found)} threads); without the filter it is "
             + (f"there with {len(kinds)} messages {kinds}, metadata {every[0].get('metadata')}" if every else "missing")
         )
-    msgs = (mine[0].get("values") or {}).get("messages", [])
+    values: Any = mine[0].get("values") or {}
+    msgs = values.get("messages", [])
     if not msgs:
-        state = await client.threads.get_state(thread_id)
-        msgs = state["values"].get("messages", [])
+        state: Any = client.threads.get_state(thread_id)["values"]
+        msgs = state.get("messages", [])
     kinds = [m.get("type") for m in msgs]
     ok = kinds == ["human", "ai", "human", "ai"]
     return ok, f"thread {thread_id}: {len(msgs)} messages {kinds}, metadata {mine[0].get('metadata')}"
@@ -446,37 +423,17 @@ async def sdk_check(server_url: str, thread_id: str) -> tuple[bool, str]:
 # ----------------------------------------------------------------------------------------------------- main
 
 
-def start(cmd: list[str], cwd: Path, env: dict[str, str], logfile: Path) -> subprocess.Popen:
-    """Start a process in its own session, output to `logfile`."""
-    fh = open(logfile, "wb")
-    return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def stop(proc: subprocess.Popen | None, what: str) -> None:
-    """Stop a process started by `start` (its whole process group), TERM then KILL."""
-    if proc is None or proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(15)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(5)
-    log(f"stopped {what}")
-
-
-def main() -> int:
-    """Build (optionally), start everything, run the browser check, stop everything."""
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (see the module's docstring)."""
     ap = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+        description=(__doc__ or "").split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument(
         "--ui-dir", default="runs/agent-chat-ui/app", help="the Agent Chat UI work tree (built with --build)"
     )
     ap.add_argument("--build", action="store_true", help="fetch/install/build the UI into --ui-dir when not built yet")
     ap.add_argument("--rebuild", action="store_true", help="with --build: install and build again")
+    ap.add_argument("--ui-source", help="with --build: a local git clone of the UI to unpack instead of cloning it")
     ap.add_argument(
         "--mode",
         choices=("direct", "proxy"),
@@ -489,130 +446,74 @@ def main() -> int:
         "`fastcrag serve`; threads it already holds are left alone",
     )
     ap.add_argument("--screenshot", default=str(REPO / "runs" / "chat-ui.png"))
-    ap.add_argument("--chromium", default=shutil.which("chromium") or "/usr/bin/chromium")
+    ap.add_argument("--chromium", default=chromium_path(), help="the Chromium binary (default: Debian's)")
     ap.add_argument("--turn-timeout", type=float, default=240.0, help="seconds to wait for each answer")
     ap.add_argument("--keep", action="store_true", help="keep the temp folder (logs, checkpoints)")
-    ap.add_argument("--events", help="write the browser's DevTools events (JSON lines) to this file")
+    ap.add_argument("--events", help="write the browser's requests and errors (JSON lines) to this file")
     ap.add_argument("-v", "--verbose", action="store_true", help="print every API request the browser made")
-    args = ap.parse_args()
+    return ap.parse_args(argv)
 
+
+def report(result: dict[str, Any], ok: bool, verbose: bool, tmp: Path) -> None:
+    """Print each check, and on failure (or `verbose`) the requests, failures and the logs' tails."""
+    print()
+    for name, passed in result["checks"].items():
+        print(f"  {'PASS' if passed else 'FAIL'}  {name}")
+    if ok and not verbose:
+        return
+    print("\nAPI requests the browser made:")
+    for line in result.get("requests", []):
+        print("  " + line)
+    print("\nfailures seen by the browser:")
+    for line in result.get("failures", []):
+        print("  " + line)
+    for name, tail in (("server.log", 40), ("ui.log", 20)):
+        path = tmp / name
+        text = path.read_text(errors="replace") if path.exists() else "(none)"
+        print(f"\n{name} (last lines, {path}):")
+        print("  " + "\n  ".join(text.splitlines()[-tail:]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Build (optionally), start the server and the UI, run the browser check, stop everything."""
+    args = parse_args(argv)
     ui_dir = Path(args.ui_dir).resolve()
     if args.build:
-        build_ui(ui_dir, args.rebuild)
+        build_ui(ui_dir, args.rebuild, Path(args.ui_source).resolve() if args.ui_source else None)
     if not (ui_dir / ".next" / "BUILD_ID").exists():
         log(f"no built UI in {ui_dir}: run with --build (see the top of this script)")
         return 2
+    if args.chromium is None:
+        log("no chromium: bash scripts/install-browser.sh installs Debian's chromium and playwright")
+        return 2
 
     tmp = Path(tempfile.mkdtemp(prefix="chat-ui-check-"))
-    server = ui = browser = None
-    server_port, ui_port = free_port(), free_port()
-    server_url, ui_url = f"http://127.0.0.1:{server_port}", f"http://127.0.0.1:{ui_port}"
-    if args.server_url:
-        server_url = args.server_url.rstrip("/")
+    ui_port = free_port()
+    ui_origin = f"http://127.0.0.1:{ui_port}"
+    result: dict[str, Any] = {"checks": {}}
     ok = False
     try:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("FASTRAG_API_KEY")}
-        env.update(HF_HUB_OFFLINE="1", FASTRAG_LLM="extractive", FASTRAG_CHECKPOINTS=str(tmp / "threads.sqlite"))
-        fastcrag = Path(sys.executable).with_name("fastcrag")
-        if args.server_url:
-            (tmp / "server.log").write_text(f"(server at {server_url} not started by this script)\n")
-            log(f"using the running server {server_url}")
-        else:
-            server = start(
-                [str(fastcrag), "serve", "--port", str(server_port), "--workers", "1", "--cors-origins", ui_url],
-                tmp,
-                env,
-                tmp / "server.log",
-            )
-            log(f"fastcrag serve on {server_url} (log {tmp / 'server.log'})")
-
-        ui_env = {
-            **os.environ,
-            "NEXT_TELEMETRY_DISABLED": "1",
-            "LANGGRAPH_API_URL": server_url,
-            "LANGSMITH_API_KEY": "",
-        }
-        ui = start(
-            [str(ui_dir / "node_modules" / ".bin" / "next"), "start", "-H", "127.0.0.1", "-p", str(ui_port)],
-            ui_dir,
-            ui_env,
-            tmp / "ui.log",
-        )
-        log(f"Agent Chat UI (next start) on {ui_url} (log {tmp / 'ui.log'})")
-        if server is not None:
-            wait_http(f"{server_url}/ok", 180, server, "fastcrag serve")
-        wait_http(f"{ui_url}/", 90, ui, "next start")
-
-        profile = tmp / "chromium-profile"
-        browser = start(
-            [
-                args.chromium,
-                "--headless=new",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-dev-shm-usage",
-                "--no-first-run",
-                "--no-default-browser-check",
-                "--disable-extensions",
-                "--remote-debugging-port=0",
-                "--remote-debugging-address=127.0.0.1",
-                f"--user-data-dir={profile}",
-                "--window-size=1400,1000",
-                "about:blank",
-            ],
-            tmp,
-            dict(os.environ),
-            tmp / "chromium.log",
-        )
-        port_file = profile / "DevToolsActivePort"
-        deadline = time.monotonic() + 30
-        while not port_file.exists() or len(port_file.read_text().splitlines()) < 2:
-            if time.monotonic() > deadline or browser.poll() is not None:
-                raise RuntimeError(f"chromium did not start: {(tmp / 'chromium.log').read_text()[-2000:]}")
-            time.sleep(0.2)
-        cdp_port = int(port_file.read_text().splitlines()[0])
-        targets = json.loads(http_get(f"http://127.0.0.1:{cdp_port}/json/list")[1])
-        page = next(t for t in targets if t.get("type") == "page")
-
-        api_url = server_url if args.mode == "direct" else f"{ui_url}/api"
-        page_url = f"{ui_url}/?" + urllib.parse.urlencode(
-            {"apiUrl": api_url, "assistantId": "crag", "chatHistoryOpen": "true"}
-        )
-        result: dict[str, Any] = {"checks": {}}
-        try:
-            result = asyncio.run(browser_session(args, page["webSocketDebuggerUrl"], page_url, server_url))
-        except Exception as exc:
-            log(f"browser session failed: {type(exc).__name__}: {exc}")
-            result.setdefault("checks", {})["browser session"] = False
-        if result.get("thread_id"):
-            sdk_ok, detail = asyncio.run(sdk_check(server_url, result["thread_id"]))
-            result["checks"]["langgraph_sdk threads.search: the thread with 4 messages"] = sdk_ok
-            log(detail)
-        else:
-            result["checks"]["langgraph_sdk threads.search: the thread with 4 messages"] = False
-        ok = all(result["checks"].values()) and len(result["checks"]) >= 4
-        print()
-        for name, passed in result["checks"].items():
-            print(f"  {'PASS' if passed else 'FAIL'}  {name}")
-        if args.verbose or not ok:
-            print("\nAPI requests the browser made:")
-            for line in result.get("requests", []):
-                print("  " + line)
-            print("\nfailures seen by the browser:")
-            for line in result.get("failures", []):
-                print("  " + line)
-            print(f"\nserver log (last lines, {tmp / 'server.log'}):")
-            print("  " + "\n  ".join((tmp / "server.log").read_text(errors="replace").splitlines()[-40:]))
-            print(f"\nUI log (last lines, {tmp / 'ui.log'}):")
-            print("  " + "\n  ".join((tmp / "ui.log").read_text(errors="replace").splitlines()[-20:]))
-        print(
-            f"\n{'OK' if ok else 'FAILED'}: Agent Chat UI ({args.mode}) <-> fastcrag serve; "
-            f"screenshot {args.screenshot}"
-        )
+        with fastcrag_server(args, tmp, ui_origin) as server_url, chat_ui(ui_dir, ui_port, server_url, tmp) as ui_url:
+            api_url = server_url if args.mode == "direct" else f"{ui_url}/api"
+            query = urllib.parse.urlencode({"apiUrl": api_url, "assistantId": "crag", "chatHistoryOpen": "true"})
+            try:
+                result = browser_session(args, f"{ui_url}/?{query}", server_url)
+            except Exception as exc:
+                log(f"browser session failed: {type(exc).__name__}: {exc}")
+                result["checks"]["browser session"] = False
+            name = "langgraph_sdk threads.search: the thread with 4 messages"
+            result["checks"][name] = False
+            if result.get("thread_id"):
+                result["checks"][name], detail = sdk_check(server_url, result["thread_id"])
+                log(detail)
+            ok = all(result["checks"].values()) and len(result["checks"]) >= 4
+            report(result, ok, args.verbose, tmp)
+        verdict = "OK" if ok else "FAILED"
+        print(f"\n{verdict}: Agent Chat UI ({args.mode}) <-> fastcrag serve; screenshot {args.screenshot}")
+    except ServerStartError as exc:
+        log(f"a server did not start: {exc}")
+        return 1
     finally:
-        stop(browser, "chromium")
-        stop(ui, "next start")
-        stop(server, "fastcrag serve")
         if args.keep or not ok:
             log(f"kept {tmp}")
         else:

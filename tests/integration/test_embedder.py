@@ -27,9 +27,14 @@ def test_int8_vectors_are_unit_length_in_order_and_agree_with_fp32() -> None:
     assert int8.name != fp32.name and int8.dimension == fp32.dimension == 384
     a, b = int8.encode(TEXTS), fp32.encode(TEXTS)  # texts of different lengths: batched sorted, returned in order
     assert a.shape == b.shape == (len(TEXTS), 384)
+    # Vectors are normalised in float32: measured 1.8e-7 off unit length; 1e-4 is float32 rounding with room to spare.
     assert np.allclose(np.linalg.norm(a, axis=1), 1.0, atol=1e-4)
+    # int8 weights and activations against fp32: measured cosine 0.987 at the least (AVX2 and ATen's default path
+    # alike); 0.97 leaves room for another CPU's int8 kernels and is far above unrelated texts (at most 0.29 here).
     assert ((a * b).sum(axis=1) > 0.97).all()
-    # each row is its own text's vector (int8 activations are quantised per batch, so only nearly equal)
+    # Each row is its own text's vector. Activations are quantised per batch, so a text alone scales differently:
+    # measured cosine 0.983 at the least on AVX2 without VNNI (ONNX Runtime's int8 path that can saturate, which VNNI
+    # cannot); another text's vector would sit at 0.29 or below.
     assert all(float(a[i] @ int8.encode([t])[0]) > 0.98 for i, t in enumerate(TEXTS))
     assert int8.encode([]).shape == (0, 384)
 

@@ -113,6 +113,7 @@ def test_round_trip_dense_lexical_hybrid_like_faiss(db: str, tmp_path: Path) -> 
         assert dense[0].metadata["source"] == "rust.md"
         assert [d.metadata["chunk_id"] for d in dense] == [d.metadata["chunk_id"] for d in reference]
         assert set(dense[0].metadata) == set(reference[0].metadata) == {"chunk_id", "source", "title", "bi_score"}
+        # the same float32 vectors scored by pgvector and by FAISS: two kernels, float32 rounding apart (1e-7 scale)
         assert dense[0].metadata["bi_score"] == pytest.approx(reference[0].metadata["bi_score"], abs=1e-5)
         lexical = store.lexical_search_with_score("When was the Eiffel Tower finished?", k=3)
         assert lexical[0][0].metadata["source"] == "paris.md" and lexical[0][1] > 0

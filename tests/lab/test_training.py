@@ -57,6 +57,7 @@ def _log_steps(run: Path) -> list[int]:
 def _train_cli(run: Path, pairs: Path, *extra: str) -> dict[str, object]:
     args = ["--output", str(run), "--no-shared-data", "--user-data", str(pairs), "--dev-percent", "0"]
     args += ["--batch-size", "4", "--max-length", "64", "--checkpoint-every", "2", "--lr", "1e-4", "--threads", "1"]
+    args += ["--seed", "13"]  # Python's random and torch (head initialisation, dropout, the batch order)
     out = subprocess.run(
         [sys.executable, "-m", "lab", "train-reranker", *args, *extra],
         cwd=ROOT,  # the lab is a folder of the repository, not an installed package
@@ -88,7 +89,11 @@ def test_train_resume_and_export(tmp_path: Path, pairs_file: Path) -> None:
     a, b = onnx.score(q, passages), _torch_scores(run / "final", q, passages)
     assert onnx.name == "grader-my-run"
     assert all(0.0 <= s <= 1.0 for s in a)
-    assert max(abs(x - y) for x, y in zip(a, b, strict=True)) < 0.15
+    # The int8 export against its fp32 weights: int8 rounding of weights and activations, not a different model.
+    # Measured at most 0.016 over every question of FACTS, on ATen's AVX2 and default paths alike (the int8 side runs
+    # in ONNX Runtime either way); 0.15 leaves 9x for another CPU's int8 kernels.
+    gap = max(abs(x - y) for x, y in zip(a, b, strict=True))
+    assert gap < 0.15, (a, b)
     # The reader head comes from the same pass: every span is a piece of its own passage.
     assert is_reader(onnx)
     spans = onnx.read(q, passages)  # type: ignore[attr-defined]

@@ -30,12 +30,12 @@ class CalibrationSample(BaseModel):
     classes: list[str] = Field(default_factory=list, description="The question classes, in sampling order.")
     off_corpus: str | None = Field(
         None,
-        description="`fastcrag calibrate`: the dataset whose articles outside the corpus ask the off-corpus class.",
+        description="`python -m lab calibrate`: the dataset whose articles outside the corpus ask the off-corpus class.",
     )
     per_class: int | None = Field(
         None,
         ge=1,
-        description="`fastcrag calibrate`: questions drawn per class, class i with seed + i (None: no per-class "
+        description="`python -m lab calibrate`: questions drawn per class, class i with seed + i (None: no per-class "
         "sample; `fastcrag fit` calibrates on every usable question).",
     )
     seed: int = Field(description="The seed that drew the sample (calibrate) or split the questions (fit).")
@@ -44,7 +44,7 @@ class CalibrationSample(BaseModel):
 
 
 _SAMPLE_NOTE = re.compile(r"(\d+) questions per class, seed (\d+)")
-"""How `fastcrag calibrate` states its sample in `data`: read only from files written before `sample` existed."""
+"""How `python -m lab calibrate` states its sample in `data`: read only from files written before `sample` existed."""
 
 
 class Calibration(BaseModel):
