@@ -30,7 +30,8 @@ class CalibrationSample(BaseModel):
     classes: list[str] = Field(default_factory=list, description="The question classes, in sampling order.")
     off_corpus: str | None = Field(
         None,
-        description="`python -m lab calibrate`: the dataset whose articles outside the corpus ask the off-corpus class.",
+        description="`python -m lab calibrate`: the dataset whose articles outside the corpus ask the off-corpus "
+        "class.",
     )
     per_class: int | None = Field(
         None,

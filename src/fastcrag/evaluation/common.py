@@ -35,7 +35,7 @@ def question_id(q: LabelledQuestion) -> str:
 
 
 def calibration_sample(calibration: Calibration) -> tuple[int, int] | None:
-    """(per_class, seed) of the questions `python -m lab calibrate` drew; None when the calibration drew no such sample."""
+    """(per_class, seed) of the questions `python -m lab calibrate` drew; None when it drew no such sample."""
     s = calibration.sample
     return (s.per_class, s.seed) if s is not None and s.per_class is not None else None
 
