@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
-import sys
 from pathlib import Path
 
-from fastcrag.cli import UserError, _settings
+from fastcrag.cli import UserError, _settings, run
 from fastcrag.config.settings import SHARED_DATA, SMOLLM2_LLM
 from fastcrag.evaluation.cli import _check_paths, _common, _offline
 from fastcrag.evaluation.cli import _settings as _eval_settings
@@ -162,18 +160,4 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m lab`."""
-    args = parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING, format="lab: %(levelname)s: %(message)s"
-    )
-    from fastcrag.config.calibration import CalibrationError
-    from fastcrag.retrieval.store import IndexLoadError
-
-    try:
-        return int(args.func(args))
-    except (UserError, CalibrationError, IndexLoadError, FileNotFoundError, ValueError) as exc:
-        print(f"lab: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("lab: interrupted (rerun the same command to resume)", file=sys.stderr)
-        return 130
+    return run(parser().parse_args(argv), "lab", " (rerun the same command to resume)")

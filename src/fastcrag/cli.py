@@ -175,11 +175,16 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `fastcrag` console script."""
-    args = parser().parse_args(argv)
+def run(args: argparse.Namespace, prog: str, resume_hint: str = "") -> int:
+    """Run a parsed command: errors a user can act on in one line (exit 2), never a traceback.
+
+    Args:
+        args: The parsed arguments; `args.func` is the command.
+        prog: The name the messages start with.
+        resume_hint: Said after "interrupted" (for commands that resume).
+    """
     logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING, format="fastcrag: %(levelname)s: %(message)s"
+        level=logging.INFO if args.verbose else logging.WARNING, format=f"{prog}: %(levelname)s: %(message)s"
     )
     from fastcrag.config.calibration import CalibrationError
     from fastcrag.retrieval.store import IndexLoadError
@@ -187,11 +192,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except (UserError, CalibrationError, IndexLoadError, FileNotFoundError, ValueError) as exc:
-        print(f"fastcrag: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("fastcrag: interrupted", file=sys.stderr)
+        print(f"{prog}: interrupted{resume_hint}", file=sys.stderr)
         return 130
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `fastcrag` console script."""
+    return run(parser().parse_args(argv), "fastcrag")
 
 
 if __name__ == "__main__":
