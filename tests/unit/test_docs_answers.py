@@ -154,6 +154,7 @@ def test_a_fragment_or_an_abstention_is_not_the_substance() -> None:
     assert r["sentence"] and r["fragment"] == "note" and not r["substance"]
     assert why(r) == "opens with a note fragment"
     r = score_answer(WITH, "I don't know.", [], action="abstain")
+    assert score_answer(WITH, "Sorry, no idea.", ["pydoc:with"], abstain_message="Sorry, no idea.")["abstained"]
     assert r["abstained"] and not r["substance"] and r["fragment"] is None and why(r) == "abstained"
 
 
@@ -241,6 +242,9 @@ def test_the_dev_set_is_sixty_distinct_questions_with_their_facts() -> None:
     assert all(q.sentence and q.key_terms and q.sources for q in questions)
     assert all(s.startswith("pydoc:") for q in questions for s in q.sources)
     assert {q.category for q in questions} >= {"statement", "data model", "expression", "type"}
+    for q in questions:  # its own sentence, cited from its page, is an answer with the substance
+        r = score_answer(q, q.sentence, [q.sources[0]])
+        assert r["substance"] and r["sentence"] and r["fragment"] is None, q.id
 
 
 @pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="the set was checked against Python 3.11's reference")

@@ -164,7 +164,13 @@ def substance(answer: str, q: DocsQuestion) -> tuple[bool, list[str]]:
     return (bool(q.sentence) and _contains(answer, q.sentence), [t for t in q.key_terms if not _contains(answer, t)])
 
 
-def score_answer(q: DocsQuestion, answer: str, sources: Sequence[str], action: str | None = None) -> dict[str, Any]:
+def score_answer(
+    q: DocsQuestion,
+    answer: str,
+    sources: Sequence[str],
+    action: str | None = None,
+    abstain_message: str = "I don't know.",
+) -> dict[str, Any]:
     """The three checks for one answer, and whether it is answered with the substance (all three).
 
     Args:
@@ -172,6 +178,7 @@ def score_answer(q: DocsQuestion, answer: str, sources: Sequence[str], action: s
         answer: The answer's text.
         sources: The answer's cited sources, in citation order.
         action: The graph's `crag.action`, when known (an abstention is never answered).
+        abstain_message: The configured abstention message.
 
     Returns:
         `topic_cited` (an acceptable source among the citations), `topic_first` (the first citation is one),
@@ -181,7 +188,7 @@ def score_answer(q: DocsQuestion, answer: str, sources: Sequence[str], action: s
     accepted = set(q.sources)
     cited = any(s in accepted for s in sources)
     first = bool(sources) and sources[0] in accepted
-    abstained = is_abstention(answer, action)
+    abstained = is_abstention(answer, action, abstain_message)
     has_sentence, missing = substance(answer, q) if not abstained else (False, list(q.key_terms))
     terms = bool(q.key_terms) and not missing
     frag = None if abstained else fragment(answer)
@@ -250,13 +257,14 @@ def summarize(records: Iterable[Mapping[str, Any]]) -> DocsSummary:
     )
 
 
-def ask(graph: Any, q: DocsQuestion) -> dict[str, Any]:
+def ask(graph: Any, q: DocsQuestion, abstain_message: str = "I don't know.") -> dict[str, Any]:
     """Run one question through `graph` and score the response.
 
     Args:
         graph: A compiled graph, or anything whose `invoke({"question": ...})` returns `answer`, `citations` (each
             with `source`) and `crag`.
         q: The question.
+        abstain_message: The configured abstention message.
     """
     t0 = time.perf_counter()
     result = graph.invoke({"question": q.question})
@@ -274,7 +282,7 @@ def ask(graph: Any, q: DocsQuestion) -> dict[str, Any]:
         "action": crag.get("action"),
         "top_score": crag.get("top_score"),
         "wall_ms": round((time.perf_counter() - t0) * 1000, 1),
-        **score_answer(q, answer, sources, crag.get("action")),
+        **score_answer(q, answer, sources, crag.get("action"), abstain_message),
     }
 
 
@@ -321,7 +329,7 @@ def run(cfg: DocsConfig, settings: Settings) -> int:
             graph = build_graph(parts=parts)
             with progress(len(questions), len(questions) - len(todo), "eval docs") as bar:
                 for q in todo:
-                    log.add(q.id, ask(graph, q))
+                    log.add(q.id, ask(graph, q, settings.abstain_message))
                     bar.update(1)
     finally:
         write_report(cfg, log, questions, time.perf_counter() - started)
