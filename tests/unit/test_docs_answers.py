@@ -169,7 +169,7 @@ class FakeGraph:
         return {
             "answer": answer,
             "citations": [{"source": s, "chunk_id": f"{s}-0", "score": 0.9} for s in sources],
-            "crag": {"action": "generate", "top_score": 0.9},
+            "crag": {"action": "generate", "top_score": 0.9, "band": "CORRECT"},
         }
 
 
@@ -196,6 +196,7 @@ def test_score_graph_summary_and_report(tmp_path: Path) -> None:
     records = score_graph(graph, _questions())
     assert [r["substance"] for r in records] == [True, False]
     assert records[1]["fragment"] == "table" and records[1]["cited"] == ["pydoc:typesseq", "pydoc:del"]
+    assert records[0]["band"] == "CORRECT" and records[0]["failure"] is None
     s = summarize(records)
     assert (s.n, s.substance, s.topic_cited, s.topic_first, s.fragments) == (2, 1, 2, 1, 1)
     assert s.fragment_kinds == {"table": 1}

@@ -281,6 +281,8 @@ def ask(graph: Any, q: DocsQuestion, abstain_message: str = "I don't know.") -> 
         "cited": sources,
         "action": crag.get("action"),
         "top_score": crag.get("top_score"),
+        "band": crag.get("band"),
+        "failure": crag.get("failure"),
         "wall_ms": round((time.perf_counter() - t0) * 1000, 1),
         **score_answer(q, answer, sources, crag.get("action"), abstain_message),
     }
