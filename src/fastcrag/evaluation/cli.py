@@ -1,4 +1,4 @@
-"""Subcommands `eval abstention|retrieval|results` of the `fastcrag` command line."""
+"""Subcommands `eval abstention|retrieval|docs|results` of the `fastcrag` command line."""
 
 from __future__ import annotations
 
@@ -11,13 +11,12 @@ from typing import Any
 
 from fastcrag.config.options import add_options, from_args
 from fastcrag.config.settings import Settings
-from fastcrag.evaluation.configs import AbstentionConfig, RetrievalConfig
+from fastcrag.evaluation.configs import AbstentionConfig, DocsConfig, RetrievalConfig
 from fastcrag.evaluation.configs import parse_variants as parse_variants
 from fastcrag.evaluation.results import write_results
 
 
-def _settings(args: argparse.Namespace) -> Any:
-    overrides: dict[str, Any] = {}
+def _settings(args: argparse.Namespace, **overrides: Any) -> Any:
     if getattr(args, "reranker", None):
         overrides["reranker"] = args.reranker
     if getattr(args, "calibration", None):
@@ -74,6 +73,25 @@ def cmd_retrieval(args: argparse.Namespace) -> int:
     return code
 
 
+def cmd_docs(args: argparse.Namespace) -> int:
+    """Run `fastcrag eval docs`."""
+    from fastcrag.evaluation.docs_answers import run  # the command loads its stack when run
+
+    _offline()
+    cfg = from_args(DocsConfig, args)
+    if cfg.questions is None:
+        raise ValueError("give the question set with --questions FILE (JSON Lines)")
+    _check_paths(cfg.questions, *([cfg.index] if cfg.index else []))
+    overrides: dict[str, Any] = {}
+    if cfg.index:
+        overrides["index_dir"] = cfg.index
+    if cfg.llm:
+        overrides["llm"] = cfg.llm
+    code = run(cfg, _settings(args, **overrides))
+    print((cfg.out / "report.md").read_text(encoding="utf-8"))
+    return code
+
+
 DEFAULT_COMMANDS = [
     "export HF_HUB_OFFLINE=1",
     "fastcrag eval abstention     # -> runs/eval-abstention/",
@@ -110,7 +128,7 @@ def _grader(p: argparse.ArgumentParser) -> None:
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Add `eval` (with `abstention`, `retrieval` and `results`) to the `fastcrag` parser."""
+    """Add `eval` (with `abstention`, `retrieval`, `docs` and `results`) to the `fastcrag` parser."""
     ev = subparsers.add_parser("eval", help="evaluate CRAG against plain RAG on shared data")
     ev_sub = ev.add_subparsers(dest="eval_command", required=True)
 
@@ -125,6 +143,13 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     add_options(rt, RetrievalConfig)
     _grader(rt)
     rt.set_defaults(func=cmd_retrieval)
+
+    dc = ev_sub.add_parser(
+        "docs", help="answers to documentation questions: right page cited, its substance, no table or grammar"
+    )
+    add_options(dc, DocsConfig)
+    _grader(dc)
+    dc.set_defaults(func=cmd_docs)
 
     rs = ev_sub.add_parser("results", help="stitch the three reports into one Results page")
     rs.add_argument("--runs", default="runs", help="folder holding eval-abstention/, eval-retrieval/, bench/")

@@ -98,3 +98,22 @@ class RetrievalConfig:
     out: Path = field(default=Path("runs/eval-retrieval"), metadata=option(_OUT))
     threads: int = field(default=1, metadata=option(_THREADS))
     fresh: bool = field(default=False, metadata=option(_FRESH))
+
+
+@dataclass
+class DocsConfig:
+    """Options of one documentation-answers run (`fastcrag eval docs`)."""
+
+    questions: Path | None = field(
+        default=None,
+        metadata=option(
+            "JSON Lines question set: `question`, `sources`, `sentence` and/or `key_terms` per line (required)"
+        ),
+    )
+    index: Path | None = field(
+        default=None,
+        metadata=option("index folder (default: FASTRAG_INDEX_DIR, else the embedded Python reference)"),
+    )
+    llm: str | None = field(default=None, metadata=option("`provider:model` or `extractive` (default: FASTRAG_LLM)"))
+    out: Path = field(default=Path("runs/eval-docs"), metadata=option(_OUT))
+    fresh: bool = field(default=False, metadata=option(_FRESH))
