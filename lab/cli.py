@@ -19,8 +19,8 @@ from fastcrag.evaluation.cli import _settings as _eval_settings
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """Derive the thresholds from labelled questions."""
     from fastcrag.config.calibration import PACKAGED_CALIBRATION
-    from fastcrag.fitting.calibrate import calibrate
     from fastcrag.grading.reranker import default_reranker_spec, load_reranker
+    from lab.calibrate import calibrate
 
     settings = _settings(args)
     for p in (args.squad, args.off_corpus):
