@@ -11,9 +11,11 @@ import json
 from pathlib import Path
 
 from fastcrag.cli import UserError, _settings, run
-from fastcrag.config.settings import SHARED_DATA, SMOLLM2_LLM
-from fastcrag.evaluation.cli import _check_paths, _common, _offline
+from fastcrag.config.options import add_options, from_args
+from fastcrag.config.settings import SHARED_DATA
+from fastcrag.evaluation.cli import _check_paths, _grader, _offline
 from fastcrag.evaluation.cli import _settings as _eval_settings
+from lab.benchmarks.configs import BenchConfig
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -58,22 +60,10 @@ def cmd_reliability(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """Run `python -m lab bench`."""
-    from lab.benchmarks.bench import BenchConfig, run  # the command loads its stack when run
+    from lab.benchmarks.bench import run  # the command loads its stack when run
 
     _offline()
-    cfg = BenchConfig(
-        squad=Path(args.squad),
-        off_corpus=Path(args.off_corpus),
-        per_class=args.per_class,
-        seed=args.seed,
-        llm=args.llm,
-        judge_questions=args.judge_questions,
-        warmup=args.warmup,
-        budget_ms=args.budget_ms,
-        out=Path(args.out),
-        fresh=args.fresh,
-        threads=args.threads,
-    )
+    cfg = from_args(BenchConfig, args)
     _check_paths(cfg.squad, cfg.off_corpus)
     code = run(cfg, _eval_settings(args))
     print((cfg.out / "report.md").read_text(encoding="utf-8"))
@@ -116,22 +106,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     rel.set_defaults(func=cmd_reliability)
 
     be = subparsers.add_parser("bench", help="stage latency P50/P95/P100, CRAG on vs off, and LLM-judge cost")
-    be.add_argument(
-        "--squad", default=str(SHARED_DATA / "squad2-dev"), help="SQuAD v2 JSON file or folder (the corpus)"
-    )
-    be.add_argument("--off-corpus", default=str(SHARED_DATA / "train" / "squad11-train"), help="off-corpus SQuAD JSON")
-    be.add_argument("--per-class", type=int, default=20, help="questions per class (default: 20)")
-    be.add_argument("--seed", type=int, default=7)
-    be.add_argument("--llm", default=SMOLLM2_LLM, help=f"generator and judge model (default: {SMOLLM2_LLM})")
-    be.add_argument(
-        "--judge-questions",
-        type=int,
-        default=3,
-        help="questions whose candidates the LLM judge grades, one call per chunk (default: 3)",
-    )
-    be.add_argument("--warmup", type=int, default=3, help="untimed warm-up questions (default: 3)")
-    be.add_argument("--budget-ms", type=float, default=200.0, help="retrieval latency budget (default: 200)")
-    _common(be, "runs/bench")
+    add_options(be, BenchConfig)
+    _grader(be)
     be.set_defaults(func=cmd_bench)
 
     em = subparsers.add_parser("bench-embedder", help="int8 ONNX vs fp32 embedder: speed, fidelity, SciFact nDCG")

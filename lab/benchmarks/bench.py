@@ -7,14 +7,12 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from fastcrag.components import Components
-from fastcrag.config.settings import SHARED_DATA, SMOLLM2_LLM, Context, Settings
+from fastcrag.config.settings import Context, Settings
 from fastcrag.evaluation import report as rp
 from fastcrag.evaluation.common import (
     machine_note,
@@ -31,6 +29,7 @@ from fastcrag.generation import prompts
 from fastcrag.generation.chat import load_chat_model
 from fastcrag.generation.generators import ChatGenerator
 from fastcrag.graph.builder import build_graph
+from lab.benchmarks.configs import BenchConfig
 
 VERSION = 2  # 2: the grader cache is cleared before each timed run
 STAGES = ("retrieve_ms", "rerank_ms", "crag_ms", "generate_ms")
@@ -42,23 +41,6 @@ class GradeDocuments(BaseModel):
     """Binary score for relevance check on retrieved documents."""
 
     binary_score: Literal["yes", "no"] = Field(description="Documents are relevant to the question, 'yes' or 'no'")
-
-
-@dataclass
-class BenchConfig:
-    """Options of one benchmark run."""
-
-    squad: Path = SHARED_DATA / "squad2-dev"
-    off_corpus: Path = SHARED_DATA / "train" / "squad11-train"
-    per_class: int = 20
-    seed: int = 7
-    llm: str = SMOLLM2_LLM  # a chat model: it is also the LLM judge of the grading-cost comparison
-    judge_questions: int = 3
-    warmup: int = 3
-    budget_ms: float = 200.0
-    out: Path = Path("runs/bench")
-    fresh: bool = False
-    threads: int = 1
 
 
 def retrieval_total(timings: Mapping[str, float]) -> float:

@@ -14,11 +14,11 @@ VARIANTS = ("crag", "threshold", "plain")
 
 DEFAULT_INDEX_CACHE = Path("~/.cache/fastcrag/eval-index")
 
-_OUT = "output folder (default: %(default)s)"
-_THREADS = (
+OUT_HELP = "output folder (default: %(default)s)"
+THREADS_HELP = (
     "CPU threads per model (default: %(default)s; oversubscribed threads spin on a shared machine; 0: library default)"
 )
-_FRESH = "discard earlier results in --out instead of resuming"
+FRESH_HELP = "discard earlier results in --out instead of resuming"
 
 
 def parse_variants(text: str) -> list[str]:
@@ -72,9 +72,9 @@ class AbstentionConfig:
             "allow questions of the calibration sample (excluded by default)", flag="--include-calibration-sample"
         ),
     )
-    out: Path = field(default=Path("runs/eval-abstention"), metadata=option(_OUT))
-    threads: int = field(default=1, metadata=option(_THREADS))
-    fresh: bool = field(default=False, metadata=option(_FRESH))
+    out: Path = field(default=Path("runs/eval-abstention"), metadata=option(OUT_HELP))
+    threads: int = field(default=1, metadata=option(THREADS_HELP))
+    fresh: bool = field(default=False, metadata=option(FRESH_HELP))
 
 
 @dataclass
@@ -95,9 +95,9 @@ class RetrievalConfig:
             none_flag=("--no-index-cache", "embed the corpus afresh, keep nothing"),
         ),
     )
-    out: Path = field(default=Path("runs/eval-retrieval"), metadata=option(_OUT))
-    threads: int = field(default=1, metadata=option(_THREADS))
-    fresh: bool = field(default=False, metadata=option(_FRESH))
+    out: Path = field(default=Path("runs/eval-retrieval"), metadata=option(OUT_HELP))
+    threads: int = field(default=1, metadata=option(THREADS_HELP))
+    fresh: bool = field(default=False, metadata=option(FRESH_HELP))
 
 
 @dataclass
@@ -115,5 +115,5 @@ class DocsConfig:
         metadata=option("index folder (default: FASTRAG_INDEX_DIR, else the embedded Python reference)"),
     )
     llm: str | None = field(default=None, metadata=option("`provider:model` or `extractive` (default: FASTRAG_LLM)"))
-    out: Path = field(default=Path("runs/eval-docs"), metadata=option(_OUT))
-    fresh: bool = field(default=False, metadata=option(_FRESH))
+    out: Path = field(default=Path("runs/eval-docs"), metadata=option(OUT_HELP))
+    fresh: bool = field(default=False, metadata=option(FRESH_HELP))
