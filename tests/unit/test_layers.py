@@ -127,6 +127,41 @@ def test_dependencies_point_down() -> None:
     assert not broken, "\n".join(f"{a} -> {b}: {why}" for (a, b), why in sorted(broken.items()))
 
 
+def part_graph() -> dict[str, set[str]]:
+    """Which first-level parts of `fastcrag` each part imports (itself left out)."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted(SRC.rglob("*.py")):
+        src = part_of(module_name(path))
+        graph.setdefault(src, set()).update(part_of(m) for m in imported_modules(path) if part_of(m) != src)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of `graph`, each as the path that closes it."""
+    found: list[list[str]] = []
+
+    def walk(node: str, path: list[str]) -> None:
+        for nxt in sorted(graph.get(node, ())):
+            if nxt in path:
+                found.append([*path[path.index(nxt) :], nxt])
+            elif nxt > path[0]:  # each circle once, from its smallest member
+                walk(nxt, [*path, nxt])
+
+    for start in sorted(graph):
+        walk(start, [start])
+    return [c for c in found if c[0] == min(c)]
+
+
+def test_no_import_circle_between_parts() -> None:
+    # parts of one layer may import each other, but never both ways round
+    assert not cycles(part_graph()), cycles(part_graph())
+
+
+def test_the_circle_check_finds_a_circle() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
 def test_allow_list_is_current() -> None:
     found = violations()
     stale = [pair for pair in ALLOWED if pair not in found]
