@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 from fastcrag.generation import prompts
 from fastcrag.grading.reader import Span, is_reader
 from fastcrag.grading.reranker import Reranker, checked_scores
-from fastcrag.retrieval.structure import prose
+from fastcrag.retrieval.structure import prose, without_label
 from fastcrag.retrieval.text import split_sentences
 
 Schema = TypeVar("Schema", bound=BaseModel)
@@ -208,7 +208,7 @@ class ExtractiveGenerator:
         chosen = _best_of(strips, best[2])
         if _reads_as_prose(chosen[0][1]):
             return Answer(" ".join(t[1] for t in chosen), [best[2]])
-        # a fragment would open the answer: the lead of the page instead, then its passage's best prose sentences
+        # a fragment would open the answer: the page's lead instead, then its passage's best prose sentences
         found = first_prose(passages, _reading_order(passages, best[2], page_first=True))
         if found is None:
             return Answer(" ".join(t[1] for t in chosen), [best[2]])
@@ -219,7 +219,19 @@ class ExtractiveGenerator:
             if i == index and k > position and (text := prose(sentence)) is not None
         ]
         rest = _best_of(support, index, EXPLAIN_SENTENCES - 1, EXPLAIN_WORDS - len(lead.split()), first=False)
-        return Answer(" ".join([lead, *(t[1] for t in rest)]), [index])
+        texts, used = [lead, *(t[1] for t in rest)], [index]
+        words = sum(len(t.split()) for t in texts)
+        for t in chosen if index != best[2] else []:  # where room is left, the best passage's sentences support it
+            text = prose(without_label(t[1]))
+            if text is None or text in texts:
+                continue
+            n = len(text.split())
+            if len(texts) >= EXPLAIN_SENTENCES or words + n > EXPLAIN_WORDS:
+                break
+            texts.append(text)
+            words += n
+            used += [best[2]] if best[2] not in used else []
+        return Answer(" ".join(texts), used)
 
     def _sentences(self, question: str, passages: Sequence[Mapping[str, Any]]) -> list[tuple[float, str, int, int]]:
         """(score, sentence, passage index, position) of every sentence that says something.

@@ -25,6 +25,7 @@ _NOTE = re.compile(
 _KEYWORDS = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist)
 _KEYWORD_RUN = 6
 """Consecutive language keywords that make a keyword list, not prose (prose rarely strings six together)."""
+_LABEL = re.compile(r"^[\s*]*(?:note|warning|caution)[ \t]*:\s*", re.IGNORECASE)
 _CODE = re.compile(r"^\s*(?:>>>|\.\.\.\s|\$ )")
 
 _PLAIN = re.compile(r"[a-z][a-z'-]*[,;:]?")
@@ -96,12 +97,24 @@ def _before_grammar(text: str) -> str:
     return head if head.endswith((":", ".")) and len(head.split()) > _MAX_TITLE_WORDS else ""
 
 
-def _without_heading(text: str) -> str:
-    """`text` without a heading glued to its start: a phrase said twice, or a short title before a lead word."""
+def without_label(sentence: str) -> str:
+    """A note's or warning's text without its label ("Note: The statement ..." -> "The statement ...")."""
+    return _LABEL.sub("", sentence, count=1)
+
+
+def _without_repeat(text: str) -> str:
+    """`text` without a heading said again as its first words ('The "with" statement The "with" statement is')."""
     words = text.split(" ")
     for k in range(_MAX_TITLE_WORDS, 0, -1):
         if len(words) > 2 * k and words[0][:1].isupper() and words[:k] == words[k : 2 * k]:
             return " ".join(words[k:])
+    return text
+
+
+def _without_heading(text: str) -> str:
+    """`text` without a heading glued to its start: a phrase said twice, or a short title before a lead word."""
+    text = _without_repeat(text)
+    words = text.split(" ")
     for k in range(1, _MAX_TITLE_WORDS + 1):
         title = words[:k]
         if (
@@ -121,12 +134,14 @@ def prose(sentence: str) -> str | None:
     block and the first paragraph run together ('The "pass" statement pass_stmt ::= "pass" "pass" is a null
     operation ...'): the title and the grammar are dropped and the paragraph is the prose, or, where a sentence
     leads into the grammar ("... are used to bind names: assignment_stmt ::= ..."), that sentence is. A heading
-    glued to a definition before a grammar block is dropped with it.
+    glued to a definition before a grammar block is dropped with it, and so is a heading said again as the
+    sentence's first words.
     """
     text = " ".join(sentence.split())
     if "::=" in text:
         lead = _before_grammar(text)
         text = _without_heading(lead) if lead else _after_grammar(text)
+    text = _without_repeat(text)
     if not text or sentence_kind(text) != "prose":
         return None
     return text
