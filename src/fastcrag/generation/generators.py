@@ -154,6 +154,13 @@ class ExtractiveGenerator:
     sentence it stands in (when no span reaches `reader_threshold` the generator raises, and the graph abstains);
     with a grader that only scores, the best-scoring sentence. Reference and
     navigation lines (see-also lines, bare headings, lists of links) never stand as the answer.
+
+    A documentation fragment (a note or version line, a keyword list, a table row, a grammar production, a title
+    run into a grammar block) never opens an answer: where it would, an explain answer opens with the page's lead
+    (the first prose sentence of the earliest passage of that page), supported by its passage's best prose
+    sentences and the best passage's; a factoid keeps its span where the sentence around it is prose, else gets
+    the passage's first prose sentence (the next passage's when it has none). With no prose anywhere the answer
+    is the one above; whether the generator answers or raises never depends on it.
     """
 
     name = "extractive"
@@ -267,10 +274,10 @@ class ExtractiveGenerator:
         part = prose(sentence)
         if part is not None and phrase.lower() in part.lower():  # the span stands in the prose a fragment runs into
             return Answer(phrase if part.strip(" .") == phrase.strip(" .") else f"{phrase}\n\n{part}", [index])
-        found = first_prose(passages, _reading_order(passages, index))
-        if found is None:
+        lead = first_prose(passages, _reading_order(passages, index))
+        if lead is None:
             return Answer(answer_with_sentence(span, texts[index]), [index])
-        return Answer(found[0], [found[1]])
+        return Answer(lead[0], [lead[1]])
 
     def rewrite(self, question: str) -> str:
         """The extractive generator has no language model to rewrite with."""
