@@ -14,10 +14,8 @@ import pytest
 from fastcrag.evaluation.configs import DocsConfig
 from fastcrag.evaluation.docs_answers import (
     DocsQuestion,
-    fragment,
     load_questions,
     normalize,
-    opening,
     score_answer,
     score_graph,
     summarize,
@@ -26,6 +24,7 @@ from fastcrag.evaluation.docs_answers import (
     write_report,
 )
 from fastcrag.evaluation.runlog import ResultLog
+from fastcrag.retrieval.structure import fragment, opening
 
 DEVSET = Path(__file__).resolve().parents[1] / "data" / "docs_devset_python.jsonl"
 

@@ -1,4 +1,4 @@
-"""The extractive generator: a few sentences for how/why/what-is questions, one for a fact, never a pointer line."""
+"""The extractive generator: a few sentences for how/why/what-is questions, one for a fact, never a pointer first."""
 
 from __future__ import annotations
 
@@ -6,10 +6,12 @@ import pytest
 
 from fastcrag.generation.generators import (
     EXPLAIN_SENTENCES,
+    EXPLAIN_WORDS,
     ExtractiveGenerator,
     asks_for_explanation,
     is_reference_line,
 )
+from fastcrag.retrieval.structure import fragment
 
 from fakes import ScriptedReranker
 
@@ -67,3 +69,65 @@ def test_a_factoid_question_gets_one_sentence_never_a_reference_line() -> None:
 def test_only_reference_lines_leave_nothing_to_answer_with() -> None:
     with pytest.raises(ValueError, match="no passage text"):
         ExtractiveGenerator(ScriptedReranker({})).generate("How?", [{"text": "See also: PEP 343.", "score": 0.9}])
+
+
+# A page as a flattened docs index holds it: the title, the grammar and the lead run together in its first chunk.
+PASS_PAGE = (
+    'The "pass" statement pass_stmt ::= "pass" "pass" is a null operation; when it is executed, nothing happens. '
+    "It is useful as a placeholder when a statement is required syntactically."
+)
+WITH_LEAD = (
+    'The "with" statement The "with" statement is used to wrap the execution of a block with methods defined by a '
+    "context manager. This allows common usage patterns to be encapsulated for convenient reuse."
+)
+WITH_NOTE = (
+    'Note: The "with" statement guarantees that if the "__enter__()" method returns without an error, then '
+    '"__exit__()" will always be called. Thus, an error in the assignment is treated the same. 6. The suite runs.'
+)
+TABLE = "+ + + | Operation | Result | Notes | | del s[i:j] | same as s[i:j] = [] | |"
+
+
+def test_a_fragment_never_opens_an_explain_answer_the_page_lead_does() -> None:
+    grader = ScriptedReranker({"Note:": 0.99, "Thus": 0.5, "wrap": 0.4, "suite": 0.3, "This allows": 0.2})
+    passages = [
+        {"text": WITH_NOTE, "source": "pydoc:with", "chunk_id": "w-3", "score": 0.9},
+        {"text": "A context manager is an object.", "source": "pydoc:cm", "chunk_id": "c-0", "score": 0.8},
+        {"text": WITH_LEAD, "source": "pydoc:with", "chunk_id": "w-0", "score": 0.7},
+    ]
+    answer = ExtractiveGenerator(grader).generate("How does the with statement work?", passages)
+    assert fragment(answer.text) is None
+    assert answer.text.startswith('The "with" statement is used to wrap the execution')  # the heading said once
+    assert "This allows" in answer.text  # a supporting sentence of the lead's passage
+    assert 'The "with" statement guarantees' in answer.text and "Note:" not in answer.text  # the best one, unlabelled
+    assert answer.used == [2, 0]  # cited: the passages the answer reads from
+    assert answer.text.count(". ") + 1 <= EXPLAIN_SENTENCES and len(answer.text.split()) <= EXPLAIN_WORDS
+
+
+def test_a_title_and_grammar_block_do_not_open_an_answer() -> None:
+    grader = ScriptedReranker({"null operation": 0.9, "placeholder": 0.5})
+    passages = [{"text": PASS_PAGE, "source": "pydoc:pass", "chunk_id": "p-0", "score": 0.9}]
+    answer = ExtractiveGenerator(grader).generate("What does the pass statement do?", passages)
+    assert answer.text.startswith('"pass" is a null operation; when it is executed, nothing happens.')
+    assert "::=" not in answer.text and answer.used == [0]
+
+
+def test_a_prose_opening_is_left_as_it_is() -> None:
+    grader = ScriptedReranker({"wraps": 0.9, "__enter__": 0.8})
+    answer = ExtractiveGenerator(grader).generate("How does the with statement work?", [{"text": WITH, "score": 0.9}])
+    assert answer.text.startswith("The with statement wraps") and answer.used == [0]
+
+
+def test_a_factoid_from_a_table_row_gets_the_first_prose_sentence_of_the_next_passage() -> None:
+    grader = ScriptedReranker({"Operation": 0.99, "Deletion": 0.4})
+    passages = [
+        {"text": TABLE, "source": "pydoc:typesseq", "score": 0.9},
+        {"text": "Deletion of a name removes the binding of that name. More.", "source": "pydoc:del", "score": 0.5},
+    ]
+    answer = ExtractiveGenerator(grader).generate("When is a name unbound by del?", passages)
+    assert answer.text == "Deletion of a name removes the binding of that name." and answer.used == [1]
+
+
+def test_with_no_prose_anywhere_the_answer_is_todays() -> None:
+    grader = ScriptedReranker({"Operation": 0.99})
+    answer = ExtractiveGenerator(grader).generate("When is it?", [{"text": TABLE, "score": 0.9}])
+    assert answer.text == TABLE and answer.used == [0]

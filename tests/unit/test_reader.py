@@ -175,3 +175,29 @@ def test_length_batches_sort_by_length_and_bound_padding() -> None:
         assert width * len(b) <= 1.15 * sum(lengths[i] for i in b) + 1e-9 or len(b) == 1
     assert [len(b) for b in length_batches([7] * 10, max_batch=4)] == [4, 4, 2]
     assert length_batches([], max_batch=4) == []
+
+
+def test_a_factoid_keeps_its_span_and_its_prose_sentence() -> None:
+    gen = ExtractiveGenerator(ScriptedReader({"Rollo": 0.8}), reader_threshold=0.5)
+    answer = gen.generate("Who was their leader?", [{"text": PASSAGE, "score": 0.9}])
+    assert answer.text == "Rollo\n\nTheir leader Rollo swore fealty to Charles III." and answer.used == [0]
+
+
+def test_a_span_in_a_fragment_gives_way_to_the_first_prose_sentence() -> None:
+    table = "Note: the table below. + + + | Operation | Result | | del s[i] | removes item i |"
+    passages = [{"text": table, "score": 0.9}, {"text": "Deletion removes the binding of a name.", "score": 0.6}]
+    answer = ExtractiveGenerator(ScriptedReader({"del s[i]": 0.8}), reader_threshold=0.5).generate("What?", passages)
+    assert answer.text == "Deletion removes the binding of a name." and answer.used == [1]
+
+
+def test_a_span_in_the_prose_a_grammar_block_runs_into_keeps_its_span() -> None:
+    page = 'The "pass" statement pass_stmt ::= "pass" "pass" is a null operation; nothing happens.'
+    answer = ExtractiveGenerator(ScriptedReader({"null operation": 0.8})).generate("Pass is?", [{"text": page}])
+    assert answer.text == 'null operation\n\n"pass" is a null operation; nothing happens.'
+
+
+def test_a_fragment_never_changes_whether_the_reader_abstains() -> None:
+    table = "+ + + | Operation | Result | | del s[i] | removes item i |"
+    gen = ExtractiveGenerator(ScriptedReader({"del s[i]": 0.3}), reader_threshold=0.5)
+    with pytest.raises(ValueError, match="reader threshold"):
+        gen.generate("What?", [{"text": table, "score": 0.9}, {"text": "Deletion removes a binding.", "score": 0.6}])

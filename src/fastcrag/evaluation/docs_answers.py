@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import keyword
 import re
 import time
 from collections import Counter
@@ -19,29 +18,9 @@ from fastcrag.evaluation import report as rp
 from fastcrag.evaluation.configs import DocsConfig
 from fastcrag.evaluation.runlog import ResultLog
 from fastcrag.evaluation.scoring import is_abstention
+from fastcrag.retrieval.structure import fragment
 
 VERSION = 1
-
-FRAGMENT_KINDS = ("table", "grammar", "keywords", "note")
-"""What an answer must not open with or consist of: a table, a grammar production, a keyword list, a note or
-version line."""
-
-_OPENING_CHARS = 300
-"""How much of an answer counts as its opening when its first sentence runs on (tables and grammar have no stops)."""
-
-_SENTENCE_END = re.compile(r"(?<=[.!?])(?<!e\.g\.)(?<!i\.e\.)(?<!etc\.)(?<!vs\.)\s+(?=[\w\"'(*])")
-_GRID = re.compile(r"\+(?:[ \t]*[-=]*[ \t]*\+){2,}")  # `+----+----+`, or `+ + +` once runs of a mark are cleaned
-_PIPE_ROW = re.compile(r"(?m)^[ \t]*\|.*\|")
-_SIMPLE_RULE = re.compile(r"(?:={2,}|-{3,})(?:[ \t]+(?:={2,}|-{3,}))+")  # reST simple table: `===== =====`
-_QUOTED_MARK = re.compile(r"\"[^\"\s]{1,3}\"|'[^'\s]{1,3}'")  # `"|"`, `'^'`: an operator named in prose
-_NOTE = re.compile(
-    r"^[\s*]*(?:(?:note|warning|caution|see also)[ \t]*(?::|\n|$)|changed in version\b|new in version\b|"
-    r"added in version\b|deprecated since\b|deprecated in version\b|cpython implementation detail\b)",
-    re.IGNORECASE,
-)
-_KEYWORDS = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist)
-_KEYWORD_RUN = 6
-"""Consecutive language keywords that make a keyword list, not prose (prose rarely strings six together)."""
 
 
 @dataclass(frozen=True)
@@ -127,36 +106,6 @@ def _contains(haystack: str, needle: str) -> bool:
     """Whether the normalised `needle` occurs in the normalised `haystack` as whole words."""
     n = normalize(needle)
     return bool(n) and f" {n} " in f" {normalize(haystack)} "
-
-
-def opening(answer: str) -> str:
-    """An answer's opening: its first sentence, at most `_OPENING_CHARS` characters."""
-    text = answer.strip()
-    return _SENTENCE_END.split(text, maxsplit=1)[0][:_OPENING_CHARS]
-
-
-def fragment(answer: str) -> str | None:
-    """The kind of documentation fragment an answer opens with or consists of, None when it opens with prose.
-
-    Kinds: `table` (an ASCII grid, pipe rows, a reST simple table's rules), `grammar` (a production, `::=`),
-    `keywords` (a run of the language's keywords), `note` (a note, warning, version or implementation-detail line).
-    """
-    head = opening(answer)
-    if not head:
-        return None
-    if _NOTE.match(head):
-        return "note"
-    if "::=" in head:
-        return "grammar"
-    bare = _QUOTED_MARK.sub(" ", head)
-    if _GRID.search(bare) or _PIPE_ROW.search(bare) or bare.count("|") >= 3 or _SIMPLE_RULE.search(bare):
-        return "table"
-    run = 0
-    for word in re.findall(r"\S+", head):
-        run = run + 1 if word.strip(",;:.") in _KEYWORDS else 0
-        if run >= _KEYWORD_RUN:
-            return "keywords"
-    return None
 
 
 def substance(answer: str, q: DocsQuestion) -> tuple[bool, list[str]]:

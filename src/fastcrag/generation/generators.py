@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 from fastcrag.generation import prompts
 from fastcrag.grading.reader import Span, is_reader
 from fastcrag.grading.reranker import Reranker, checked_scores
+from fastcrag.retrieval.structure import prose, without_label
 from fastcrag.retrieval.text import split_sentences
 
 Schema = TypeVar("Schema", bound=BaseModel)
@@ -153,6 +154,13 @@ class ExtractiveGenerator:
     sentence it stands in (when no span reaches `reader_threshold` the generator raises, and the graph abstains);
     with a grader that only scores, the best-scoring sentence. Reference and
     navigation lines (see-also lines, bare headings, lists of links) never stand as the answer.
+
+    A documentation fragment (a note or version line, a keyword list, a table row, a grammar production, a title
+    run into a grammar block) never opens an answer: where it would, an explain answer opens with the page's lead
+    (the first prose sentence of the earliest passage of that page), supported by its passage's best prose
+    sentences and the best passage's; a factoid keeps its span where the sentence around it is prose, else gets
+    the passage's first prose sentence (the next passage's when it has none). With no prose anywhere the answer
+    is the one above; whether the generator answers or raises never depends on it.
     """
 
     name = "extractive"
@@ -199,19 +207,38 @@ class ExtractiveGenerator:
             raise ValueError("no passage text to extract from")
         best = max(strips, key=lambda t: t[0])
         if not explain:
-            return Answer(best[1], [best[2]])
+            if _reads_as_prose(best[1]):
+                return Answer(best[1], [best[2]])
+            found = first_prose(passages, _reading_order(passages, best[2]))
+            return Answer(found[0], [found[1]]) if found else Answer(best[1], [best[2]])
         # the best passage's best sentences, in the order the passage gives them
-        own = [t for t in strips if t[2] == best[2]]
-        chosen: list[tuple[float, str, int, int]] = []
-        words = 0
-        for t in sorted(own, key=lambda t: t[0], reverse=True)[:EXPLAIN_SENTENCES]:
-            n = len(t[1].split())
-            if chosen and words + n > EXPLAIN_WORDS:
+        chosen = _best_of(strips, best[2])
+        if _reads_as_prose(chosen[0][1]):
+            return Answer(" ".join(t[1] for t in chosen), [best[2]])
+        # a fragment would open the answer: the page's lead instead, then its passage's best prose sentences
+        found = first_prose(passages, _reading_order(passages, best[2], page_first=True))
+        if found is None:
+            return Answer(" ".join(t[1] for t in chosen), [best[2]])
+        lead, index, position = found
+        support = [
+            (score, text, i, k)
+            for score, sentence, i, k in strips
+            if i == index and k > position and (text := prose(sentence)) is not None
+        ]
+        rest = _best_of(support, index, EXPLAIN_SENTENCES - 1, EXPLAIN_WORDS - len(lead.split()), first=False)
+        texts, used = [lead, *(t[1] for t in rest)], [index]
+        words = sum(len(t.split()) for t in texts)
+        for t in chosen if index != best[2] else []:  # where room is left, the best passage's sentences support it
+            text = prose(without_label(t[1]))
+            if text is None or text in texts:
+                continue
+            n = len(text.split())
+            if len(texts) >= EXPLAIN_SENTENCES or words + n > EXPLAIN_WORDS:
                 break
-            chosen.append(t)
+            texts.append(text)
             words += n
-        text = " ".join(t[1] for t in sorted(chosen, key=lambda t: t[3]))
-        return Answer(text, [best[2]])
+            used += [best[2]] if best[2] not in used else []
+        return Answer(" ".join(texts), used)
 
     def _sentences(self, question: str, passages: Sequence[Mapping[str, Any]]) -> list[tuple[float, str, int, int]]:
         """(score, sentence, passage index, position) of every sentence that says something.
@@ -241,7 +268,16 @@ class ExtractiveGenerator:
         span, index = max(found, key=lambda t: t[0].score)
         if span.score < threshold:
             raise ValueError(f"no answer span reaches the reader threshold ({span.score:.3f} < {threshold:.3f})")
-        return Answer(answer_with_sentence(span, texts[index]), [index])
+        phrase, sentence = span_sentence(span, texts[index])
+        if sentence is None or _reads_as_prose(sentence):
+            return Answer(answer_with_sentence(span, texts[index]), [index])
+        part = prose(sentence)
+        if part is not None and phrase.lower() in part.lower():  # the span stands in the prose a fragment runs into
+            return Answer(phrase if part.strip(" .") == phrase.strip(" .") else f"{phrase}\n\n{part}", [index])
+        lead = first_prose(passages, _reading_order(passages, index))
+        if lead is None:
+            return Answer(answer_with_sentence(span, texts[index]), [index])
+        return Answer(lead[0], [lead[1]])
 
     def rewrite(self, question: str) -> str:
         """The extractive generator has no language model to rewrite with."""
@@ -272,6 +308,12 @@ def generate_answer(
 
 def answer_with_sentence(span: Span, passage: str) -> str:
     """The answer phrase, then the passage sentence it stands in (the phrase alone when it is the sentence)."""
+    phrase, sentence = span_sentence(span, passage)
+    return phrase if sentence is None else f"{phrase}\n\n{sentence}"
+
+
+def span_sentence(span: Span, passage: str) -> tuple[str, str | None]:
+    """The answer phrase and the passage sentence it stands in (None when there is none, or it is the phrase)."""
     phrase = " ".join(span.text.split()).strip(" ,;:")
     sentences = split_sentences(passage)
     # Sentence strips are whitespace-normalised: locate the span by its offset in the normalised passage.
@@ -286,5 +328,72 @@ def answer_with_sentence(span: Span, passage: str) -> str:
     if chosen is None:
         chosen = next((t for t in sentences if phrase.lower() in t.lower()), None)
     if chosen is None or chosen.strip(" .") == phrase.strip(" ."):
-        return phrase
-    return f"{phrase}\n\n{chosen}"
+        return phrase, None
+    return phrase, chosen
+
+
+LEAD_MIN_WORDS = 3
+"""A sentence shorter than this (a list number, "See step 7 below") does not lead an answer."""
+
+
+def _reads_as_prose(sentence: str) -> bool:
+    """Whether a sentence strip is prose as it stands: no fragment opens it and no grammar block runs into it."""
+    return prose(sentence) == " ".join(sentence.split())
+
+
+def passage_sentences(passage: Mapping[str, Any]) -> list[str]:
+    """The sentences of a passage that say something, in its order (a refined strip is one sentence)."""
+    if passage.get("strip"):
+        return [] if is_reference_line(str(passage["text"])) else [str(passage["text"])]
+    return [s for s in split_sentences(str(passage["text"])) if not is_reference_line(s)]
+
+
+def first_prose(passages: Sequence[Mapping[str, Any]], order: Sequence[int]) -> tuple[str, int, int] | None:
+    """The first prose sentence of the first passage in `order` that has one: (its prose, passage, position)."""
+    for i in order:
+        for k, sentence in enumerate(passage_sentences(passages[i])):
+            text = prose(sentence)
+            if text is not None and len(text.split()) >= LEAD_MIN_WORDS:
+                return text, i, k
+    return None
+
+
+def _chunk_number(passage: Mapping[str, Any]) -> int:
+    """The chunk's place in its document (`<document>-<n>` ids), or a large number when the id has none."""
+    tail = str(passage.get("chunk_id") or "").rpartition("-")[2]
+    return int(tail) if tail.isdigit() else 1 << 30
+
+
+def _reading_order(passages: Sequence[Mapping[str, Any]], start: int, *, page_first: bool = False) -> list[int]:
+    """Passage indices to look for prose in: `start`, then the others in rank order.
+
+    With `page_first`, the passages of `start`'s source come first, from the page's start (where its lead is).
+    """
+    order = [start] + [i for i in range(len(passages)) if i != start]
+    if page_first and passages[start].get("source"):
+        page = [i for i in order if passages[i].get("source") == passages[start]["source"]]
+        order = sorted(page, key=lambda i: _chunk_number(passages[i])) + [i for i in order if i not in page]
+    return order
+
+
+def _best_of(
+    strips: Sequence[tuple[float, str, int, int]],
+    index: int,
+    count: int = EXPLAIN_SENTENCES,
+    words: int = EXPLAIN_WORDS,
+    *,
+    first: bool = True,
+) -> list[tuple[float, str, int, int]]:
+    """Passage `index`'s best-scoring sentences in the passage's order: at most `count` and `words` words.
+
+    With `first`, the best sentence is taken whatever its length.
+    """
+    chosen: list[tuple[float, str, int, int]] = []
+    total = 0
+    for t in sorted((t for t in strips if t[2] == index), key=lambda t: t[0], reverse=True)[:count]:
+        n = len(t[1].split())
+        if (chosen or not first) and total + n > words:
+            break
+        chosen.append(t)
+        total += n
+    return sorted(chosen, key=lambda t: t[3])
