@@ -138,12 +138,14 @@ async def execute(service: Service, plan: RunPlan) -> tuple[dict[str, Any], str 
         HTTPException: 404 for an unknown thread, 409 for a busy one under `reject`.
     """
     graph = _graph_for(service, plan)
-    claimed = False
+    claiming = False
     try:
         async with asyncio.timeout(service.limits.run_timeout_s):
             await _ensure_thread(service, plan)
+            # From here the lease may be held even if the claim is cut short (a worker shutting down cancels the
+            # run while the database takes the lease): release it then too; a release only frees this run's lease.
+            claiming = True
             await _claim(service, plan)
-            claimed = True
             output = await graph.ainvoke(plan.input, plan.config, context=plan.context)
     except HTTPException:
         raise
@@ -153,7 +155,7 @@ async def execute(service: Service, plan: RunPlan) -> tuple[dict[str, Any], str 
     else:
         await _touch(service, plan)
     finally:
-        if claimed:
+        if claiming:
             await _release(service, plan)
     return output, None
 
