@@ -178,7 +178,8 @@ def test_subgraph_of_an_agent_style_parent_across_turns() -> None:
     app.invoke({"messages": [HumanMessage("hi there")]}, cfg)
     out = app.invoke({"messages": [HumanMessage("Where is the Eiffel Tower?")]}, cfg)
     assert [m.type for m in out["messages"]] == ["human", "ai", "human", "ai"]
-    assert out["messages"][-1].content == "It is in Paris."
+    # the chat reply ends with the sources it rests on (the `answer` field stays plain)
+    assert out["messages"][-1].content == "It is in Paris.\n\nSources:\n\n1. [eiffel.txt](<eiffel.txt>)"
     assert retriever.queries == ["Where is the Eiffel Tower?"]  # small talk never reached retrieval
     out = app.invoke({"messages": [HumanMessage("When was the Eiffel Tower completed?")]}, cfg)
     assert retriever.queries[-1] == "When was the Eiffel Tower completed?"  # each turn's own question

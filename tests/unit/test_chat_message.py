@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fastcrag.graph.nodes.stage import chat_message
+from fastcrag.generation.markdown import chat_message
 
 
 @pytest.mark.parametrize(
@@ -36,4 +36,11 @@ def test_the_message_ends_with_its_sources_once_each_files_and_urls_as_links() -
             "2. [docs/guide.md](<docs/guide.md>)",
             "3. [https://example.org/a\\_b](<https://example.org/a_b>)",
         ]
+    )
+
+
+def test_a_chat_models_markdown_is_kept_and_still_gets_its_sources() -> None:
+    assert (
+        chat_message("**Yes**: use `with`.", ["pydoc:with"], escape=False)
+        == "**Yes**: use `with`.\n\nSources:\n\n1. pydoc:with"
     )

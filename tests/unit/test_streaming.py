@@ -20,6 +20,7 @@ from fastcrag.config.settings import Settings
 
 from fakes import CALIBRATION, FakeChat, ListRetriever, ScriptedReranker, doc
 
+REPLY = "Paris.\n\nSources:\n\n1. [doc.txt](<doc.txt>)"  # the chat reply ends with its sources
 GOOD = "The Eiffel Tower is in Paris. It was completed in 1889 for the World's Fair."
 MIXED = "Paris has many museums. The Eiffel Tower is 330 metres tall. Bread is sold daily."
 BAD = "Bananas are yellow fruit grown in the tropics."
@@ -174,12 +175,12 @@ def test_thread_history_survives_across_processes(tmp_path: Path) -> None:
         return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
     first = child("Where is the Eiffel Tower?")
-    assert first["messages"] == [["human", "Where is the Eiffel Tower?"], ["ai", "Paris."]]
+    assert first["messages"] == [["human", "Where is the Eiffel Tower?"], ["ai", REPLY]]
     second = child("Is it in France?")
     assert second["messages"] == [
         ["human", "Where is the Eiffel Tower?"],
-        ["ai", "Paris."],
+        ["ai", REPLY],
         ["human", "Is it in France?"],
-        ["ai", "Paris."],
+        ["ai", REPLY],
     ]
     assert second["action"] == "generate"

@@ -8,7 +8,6 @@ to `timings`: the state's, or none at a new question (intake sets them to `{}`),
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from langgraph.runtime import Runtime
 
 from fastcrag.components import Components
 from fastcrag.config.settings import Context, RunConfig
+from fastcrag.generation.markdown import chat_message
 from fastcrag.graph.nodes import Node
 from fastcrag.graph.state import Action, Stage, State, Trace
 
@@ -127,63 +127,16 @@ def trace(state: State, action: Action, timings: dict[str, float], parts: Compon
     }
 
 
-def reply(state: State, answer: str) -> dict[str, Any]:
-    """The AI message to append when the question came as chat messages (nothing otherwise): `chat_message`."""
-    return {"messages": [AIMessage(content=chat_message(answer))]} if state.get("messages") else {}
+def reply(state: State, answer: str, sources: Sequence[str] = (), quoted: bool = False) -> dict[str, Any]:
+    """The AI message to append when the question came as chat messages (nothing otherwise).
 
-
-_CODE = re.compile(
-    r"`[^`\n]+`"  # already inline code
-    r"|(?P<open>[\"“]?)(?P<code>(?<![\w*\\])\*{1,2}[A-Za-z_]\w*(?![^*\n]*\*(?![\w*]))"  # *args, not *term*
-    r"|(?<![\w.])[\w.]+(?:\|[\w.]+)+"  # a|b
-    r"|(?<![\w.])[A-Za-z_][\w.]*_[\w.]*(?:\(\))?)"  # __enter__(), obj.__dict__, snake_case
-    r"(?P<close>[\"”]?)"
-)
-_MARKDOWN = re.compile(r"([\\`*_\[\]<>#|~])")
-_LINE_START = re.compile(r"(?m)^(\s*)(\d+\.|[-+>])(?=\s|$)")
-
-
-def chat_message(answer: str, sources: Sequence[str] = ()) -> str:
-    """The answer as a chat message that renders as Markdown without changing what it says.
-
-    Names read as code (dunder names such as `__enter__()`, `*args`, `a|b`, snake_case identifiers) become inline
-    code, quotes around them giving way to the backticks; every other Markdown mark is escaped, and so are list
-    and quote marks opening a line. Given `sources`, the message ends with them as a numbered list, once each,
-    a URL or file path as a link.
+    Args:
+        state: The state; a reply is made only for chat input.
+        answer: The answer, as plain text.
+        sources: The sources the answer rests on, listed at the end of the message.
+        quoted: The answer quotes passages verbatim (the extractive generator), so Markdown marks in it are text
+            to show as they are; a chat model's own Markdown is kept.
     """
-
-    def code(match: re.Match[str]) -> str:
-        name = match.group("code")
-        if name is None:
-            return match.group()
-        name, dots = name.rstrip("."), name[len(name.rstrip(".")) :]
-        quoted = bool(match.group("open")) and bool(match.group("close")) and not dots
-        opened = "" if quoted else _MARKDOWN.sub(r"\\\1", match.group("open"))
-        closed = "" if quoted else dots + match.group("close")
-        return f"{opened}`{name}`{closed}"
-
-    pieces, last = [], 0
-    for match in _CODE.finditer(answer):
-        pieces += [_MARKDOWN.sub(r"\\\1", answer[last : match.start()]), code(match)]
-        last = match.end()
-    text = _LINE_START.sub(
-        lambda m: m.group(1) + (m.group(2)[:-1] + "\\." if m.group(2)[0].isdigit() else "\\" + m.group(2)),
-        "".join([*pieces, _MARKDOWN.sub(r"\\\1", answer[last:])]),
-    )
-    names = list(dict.fromkeys(s for s in sources if s))
-    if not names:
-        return text
-    lines = [text, "", "Sources:", ""]
-    for n, source in enumerate(names, 1):
-        lines.append(f"{n}. {_link(source)}")
-    return "\n".join(lines)
-
-
-def _link(source: str) -> str:
-    """A source as Markdown: a link where it is a URL or a file path, else its escaped name."""
-    label = _MARKDOWN.sub(r"\\\1", source)
-    if re.match(r"https?://\S+$", source):
-        return f"[{label}](<{source}>)"
-    if "/" in source or "\\" in source or re.search(r"\.\w{1,5}$", source):
-        return f"[{label}](<{source}>)"
-    return label
+    if not state.get("messages"):
+        return {}
+    return {"messages": [AIMessage(content=chat_message(answer, sources, escape=quoted))]}
