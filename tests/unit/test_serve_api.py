@@ -446,3 +446,32 @@ def test_assistant_search_filters_and_refuses_bad_metadata(client: TestClient) -
     assert client.post("/assistants/search", json={"metadata": {"no-such-key": 1}}).json() == []
     bad = client.post("/assistants/search", json={"metadata": ["not", "an", "object"]})
     assert bad.status_code == 422 and "metadata" in bad.json()["detail"]
+
+
+def test_a_lease_whose_release_failed_is_given_back_once_the_database_answers() -> None:
+    import asyncio
+    from types import SimpleNamespace
+
+    from fastcrag.server import runs
+
+    calls: list[str] = []
+
+    class Records:
+        async def release(self, thread_id: str, run_id: str) -> None:
+            calls.append(run_id)
+            if len(calls) < 3:  # the database is away for the first two tries
+                raise ConnectionError("server closed the connection")
+
+    service: Any = SimpleNamespace(
+        threads=Records(), limits=SimpleNamespace(run_timeout_s=5.0), reason=lambda exc: str(exc)
+    )
+    plan: Any = SimpleNamespace(thread_id="t1", run_id="r1")
+
+    async def main() -> None:
+        await runs._release(service, plan)
+        assert calls == ["r1"]
+        while runs._RETRIES:
+            await asyncio.sleep(0.05)
+
+    asyncio.run(asyncio.wait_for(main(), 10))
+    assert calls == ["r1", "r1", "r1"]

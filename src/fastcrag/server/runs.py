@@ -99,12 +99,32 @@ async def _claim(service: Service, plan: RunPlan) -> None:
         await asyncio.sleep(LEASE_POLL_S)
 
 
+LEASE_RETRY_S = 0.5
+"""How often a lease whose release failed (the database was away) is given back again, until its expiry."""
+_RETRIES: set[asyncio.Task[None]] = set()
+
+
 async def _release(service: Service, plan: RunPlan) -> None:
-    if plan.thread_id is not None:
-        try:
-            await service.threads.release(plan.thread_id, plan.run_id)
-        except Exception as exc:  # the lease expires by itself
-            log.warning("releasing thread %s failed: %s", plan.thread_id, service.reason(exc))
+    if plan.thread_id is None:
+        return
+    try:
+        await service.threads.release(plan.thread_id, plan.run_id)
+    except Exception as exc:
+        # The lease would hold the thread until it expires (run timeout + grace): keep giving it back meanwhile,
+        # so the thread answers again as soon as the database does.
+        log.warning("releasing thread %s failed: %s (retrying)", plan.thread_id, service.reason(exc))
+        task = asyncio.create_task(_release_later(service, plan.thread_id, plan.run_id))
+        _RETRIES.add(task)
+        task.add_done_callback(_RETRIES.discard)
+
+
+async def _release_later(service: Service, thread_id: str, run_id: str) -> None:
+    deadline = time.monotonic() + service.limits.run_timeout_s + LEASE_GRACE_S
+    while time.monotonic() < deadline:
+        await asyncio.sleep(LEASE_RETRY_S)
+        with contextlib.suppress(Exception):
+            await service.threads.release(thread_id, run_id)
+            return
 
 
 def _graph_for(service: Service, plan: RunPlan) -> Any:
