@@ -10,7 +10,7 @@ import argparse
 import json
 from pathlib import Path
 
-from fastcrag.cli import UserError, _settings, run
+from fastcrag.cli import _settings, run
 from fastcrag.config.options import add_options, from_args
 from fastcrag.config.settings import SHARED_DATA
 from fastcrag.evaluation.cli import _check_paths, _grader, _offline
@@ -25,9 +25,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from lab.calibrate import calibrate
 
     settings = _settings(args)
-    for p in (args.squad, args.off_corpus):
-        if not Path(p).exists():
-            raise UserError(f"no such file or folder: {p}")
+    _check_paths(Path(args.squad), Path(args.off_corpus))
     reranker = load_reranker(settings.reranker or default_reranker_spec())
     out = Path(args.out) if args.out else PACKAGED_CALIBRATION
     cal = calibrate(
