@@ -67,8 +67,6 @@ def _escaped(answer: str) -> str:
 def _link(source: str) -> str:
     """A source as Markdown: a link where it is a URL or a file path, else its escaped name."""
     label = _MARKDOWN.sub(r"\\\1", source)
-    if re.match(r"https?://\S+$", source):
-        return f"[{label}](<{source}>)"
-    if "/" in source or "\\" in source or re.search(r"\.\w{1,5}$", source):
-        return f"[{label}](<{source}>)"
-    return label
+    is_url = re.match(r"https?://\S+$", source) is not None
+    is_file = "/" in source or "\\" in source or re.search(r"\.\w{1,5}$", source) is not None
+    return f"[{label}](<{source}>)" if is_url or is_file else label
