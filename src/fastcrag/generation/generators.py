@@ -248,11 +248,10 @@ class ExtractiveGenerator:
         strips: list[tuple[float, str, int, int]] = []
         to_score: list[tuple[str, int, int]] = []
         for i, p in enumerate(passages):
+            sentences = passage_sentences(p)
             if p.get("strip"):
-                if not is_reference_line(str(p["text"])):
-                    strips.append((float(p["score"]), str(p["text"]), i, 0))
+                strips.extend((float(p["score"]), s, i, 0) for s in sentences)
             else:
-                sentences = [s for s in split_sentences(str(p["text"])) if not is_reference_line(s)]
                 to_score.extend((s, i, k) for k, s in enumerate(sentences))
         if to_score:
             scores = checked_scores(self.reranker, question, [s for s, _, _ in to_score])
