@@ -26,6 +26,10 @@ answers the subset of the LangGraph server API that `langgraph_sdk` (`get_client
 A browser page on another origin (a chat UI) may call the API when its origin is listed in `FASTRAG_CORS_ORIGINS`
 (`--cors-origins`): preflights are answered before the key check, and `Content-Location` is exposed.
 
+Per-user access: with langgraph.json's `auth` path (`FASTRAG_AUTH`), LangGraph's own `Auth` handlers authenticate
+every request but `/ok` and the console's files, and limit every thread operation to what their filters allow
+(`access.py`); without it, the shared API key above.
+
 Routes of the API that fastcrag does not serve (`NOT_SERVED`: stateless background runs, crons, the store, assistant
 management) answer 501 naming the route, never 404/405. `/threads/{id}/runs/crons` is routed before the run routes,
 so that it is not read as a run id.
@@ -61,6 +65,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from fastcrag.config.settings import Settings
 from fastcrag.graph.checkpoints import describe
 from fastcrag.server import console
+from fastcrag.server.access import Access, load_auth
 from fastcrag.server.assistants import (
     GRAPH_ID,
     assistant_graph,
@@ -82,7 +87,7 @@ from fastcrag.server.background import (
 )
 from fastcrag.server.limits import ServeSettings
 from fastcrag.server.runs import run_stream, run_wait
-from fastcrag.server.service import Service, start_service, startup_reason
+from fastcrag.server.service import Service, configured_secrets, start_service, startup_reason
 from fastcrag.server.state import get_thread_state, post_thread_state, thread_history, update_thread_state
 from fastcrag.server.threads import (
     copy_thread,
@@ -184,15 +189,20 @@ class Server:
     """The ASGI app: its own lifespan (startup errors as one clear line, never a traceback), then `Guard`."""
 
     def __init__(
-        self, start: StartService | None = None, key: str | None = None, origins: list[str] | None = None
+        self,
+        start: StartService | None = None,
+        key: str | None = None,
+        origins: list[str] | None = None,
+        access: Access | None = None,
     ) -> None:
-        """Serve the service `start` builds (default: from the `FASTRAG_*` environment), guarded by `key`.
+        """Serve the service `start` builds (default: from the `FASTRAG_*` environment).
 
-        Browser pages from `origins` may call it (CORS; `*` for any).
+        Requests are guarded by `access` (an `Auth` object's handlers), or else by `key`. Browser pages from
+        `origins` may call it (CORS; `*` for any).
         """
         self.start: StartService = start or start_service
         router = Starlette(routes=routes(), exception_handlers={HTTPException: http_error})
-        self.app: ASGIApp = Guard(router, key)
+        self.app: ASGIApp = Guard(router, key, access)
         if origins:
             self.app = CORSMiddleware(
                 self.app,
@@ -258,7 +268,12 @@ def create_app(start: StartService | None = None, settings: Settings | None = No
     Args:
         start: Builds the worker's `Service` (tests inject one); the default reads the `FASTRAG_*` environment.
         settings: Settings for the key check; read from the environment when None.
+
+    Raises:
+        AuthLoadError: `FASTRAG_AUTH` names no usable `Auth` object (`serve` checks it before any worker starts).
     """
     settings = settings or Settings()
     key = settings.api_key.get_secret_value() if settings.api_key is not None else None
-    return Server(start, key or None, ServeSettings().origins())
+    serve = ServeSettings()
+    access = Access(load_auth(serve.auth), configured_secrets(settings)) if serve.auth else None
+    return Server(start, key or None, serve.origins(), access)

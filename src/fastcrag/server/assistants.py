@@ -1,4 +1,9 @@
-"""The assistant routes of `fastcrag serve`: the one assistant, `crag`, its schemas and its drawable graph."""
+"""The assistant routes of `fastcrag serve`: the one assistant, `crag`, its schemas and its drawable graph.
+
+With an `Auth` object (`access.py`), reading the assistant goes through the `assistants.read` handler and searching
+or counting through `assistants.search`; a filter they return is matched against the assistant's metadata
+(`{"created_by": "system"}`), so a handler that limits assistants to their owners hides it (404), as LangGraph does.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
+from fastcrag.server.access import authorize, matches
 from fastcrag.server.service import Service, service_of
 from fastcrag.server.wire import OrjsonResponse, read_json
 
@@ -24,13 +30,30 @@ def _assistant(service: Service) -> dict[str, Any]:
         "graph_id": GRAPH_ID,
         "config": {},
         "context": {},
-        "metadata": {"created_by": "system"},
+        "metadata": _assistant_metadata(),
         "name": GRAPH_ID,
         "description": "Corrective RAG: retrieve, grade, then generate, refine, rewrite or abstain",
         "version": 1,
         "created_at": created,
         "updated_at": created,
     }
+
+
+async def readable_assistant(request: Request) -> None:
+    """The path's assistant, after the `assistants.read` auth handler allowed it.
+
+    Raises:
+        HTTPException: 404 for another assistant or one outside the handler's filter, 403 when it refuses.
+    """
+    assistant_id = request.path_params["assistant_id"]
+    check_assistant(assistant_id)
+    where = await authorize(request, "assistants", "read", {"assistant_id": uuid.UUID(ASSISTANT_ID)})
+    if not matches(_assistant_metadata(), where):
+        raise HTTPException(404, f"assistant {str(assistant_id)[:80]!r} not found")
+
+
+def _assistant_metadata() -> dict[str, Any]:
+    return {"created_by": "system"}
 
 
 def check_assistant(assistant_id: Any) -> None:
@@ -58,12 +81,20 @@ async def _matching(request: Request) -> tuple[list[dict[str, Any]], dict[str, A
     graph_id, name, metadata = body.get("graph_id"), body.get("name"), body.get("metadata") or {}
     if not isinstance(metadata, dict):
         raise HTTPException(422, "metadata must be a JSON object")
+    value = {
+        "graph_id": graph_id,
+        "metadata": metadata,
+        "limit": body.get("limit", 10),
+        "offset": body.get("offset", 0),
+    }
+    where = await authorize(request, "assistants", "search", value)
     found = [
         a
         for a in [_assistant(service)]
         if graph_id in (None, GRAPH_ID)
         and (name is None or str(name) in GRAPH_ID)
         and all(a["metadata"].get(k) == v for k, v in metadata.items())
+        and matches(a["metadata"], where)
     ]
     return found, body
 
@@ -83,21 +114,21 @@ async def count_assistants(request: Request) -> Response:
 
 async def assistant_subgraphs(request: Request) -> Response:
     """`GET /assistants/{id}/subgraphs[/{namespace}]`: the graph has no subgraphs."""
-    check_assistant(request.path_params["assistant_id"])
+    await readable_assistant(request)
     return OrjsonResponse({})
 
 
 async def get_assistant(request: Request) -> Response:
     """`GET /assistants/{id}`."""
     service = service_of(request)
-    check_assistant(request.path_params["assistant_id"])
+    await readable_assistant(request)
     return OrjsonResponse(_assistant(service))
 
 
 async def assistant_schemas(request: Request) -> Response:
     """`GET /assistants/{id}/schemas`: input, output, state and context JSON schemas."""
     service = service_of(request)
-    check_assistant(request.path_params["assistant_id"])
+    await readable_assistant(request)
     graph = service.graph
     state_schema = {
         "title": "State",
@@ -119,7 +150,7 @@ async def assistant_schemas(request: Request) -> Response:
 async def assistant_graph(request: Request) -> Response:
     """`GET /assistants/{id}/graph`: the drawable graph (RemoteGraph.get_graph)."""
     service = service_of(request)
-    check_assistant(request.path_params["assistant_id"])
+    await readable_assistant(request)
     drawn = service.graph.get_graph().to_json()
     for node in drawn.get("nodes", []):
         if isinstance(node.get("data"), dict):

@@ -3,6 +3,11 @@
 The queue is `queue.RunQueue`; each worker runs one `Runner` beside its routes, so a run created on one worker may
 be executed by another and joined from a third. A run executes exactly as `runs/wait` does (`runs.execute`): under
 the thread's lease and the run timeout, ending in an abstention with the reason when it cannot finish.
+
+With an `Auth` object (`access.py`), creating a run goes through `threads.create_run`, reading or joining one
+through `threads.read`, listing through `threads.search`, cancelling through `threads.update` and deleting through
+`threads.delete`, each limited to the threads its filter allows. The queued run keeps its caller (identity, name,
+permissions: never credentials) for the worker that runs it.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from fastcrag.server.plans import plan_of
+from fastcrag.server.access import Caller, as_id
+from fastcrag.server.plans import authorize_run, plan_of
 from fastcrag.server.queue import MAX_ATTEMPTS, STATUSES, QueuedRun
 from fastcrag.server.runs import LEASE_GRACE_S, execute
 from fastcrag.server.service import Service, service_of
@@ -31,6 +37,8 @@ from fastcrag.server.wire import OrjsonResponse, dumps, read_json, sse
 
 log = logging.getLogger("fastcrag.server")
 
+CALLER_KEY = "__fastcrag_caller__"
+"""Where a queued run's body keeps its caller (a client's own value under this key is dropped)."""
 POLL_S = 0.2
 """How often an idle worker looks for a pending run, and a join for the run's end."""
 CANCEL_POLL_S = 0.25
@@ -110,6 +118,7 @@ class Runner:
                 await queue.finish(job.run_id, self.owner, "error", reason)
                 return
             plan = plan_of(job.body, job.thread_id, job.run_id)
+            plan.act_for(Caller.restored(job.body.get(CALLER_KEY)))
             plan.multitask = "enqueue"  # admitted already: it waits for a synchronous run on its thread
             work = asyncio.create_task(execute(self.service, plan))
             try:
@@ -139,9 +148,9 @@ class Runner:
             self.slots.release()
 
 
-async def _run_of(request: Request, service: Service) -> QueuedRun:
-    thread_id, _ = await known_thread(service, request)
+async def _run_of(request: Request, service: Service, what: str = "read", **value: Any) -> QueuedRun:
     run_id = str(request.path_params["run_id"])
+    thread_id, _ = await known_thread(service, request, what, run_id=as_id(run_id), **value)
     run: QueuedRun | None = await store_call(service, "reading the run", service.queue.get(thread_id, run_id))
     if run is None:
         raise HTTPException(404, f"run {run_id} not found on thread {thread_id}")
@@ -152,17 +161,27 @@ async def create_run(request: Request) -> Response:
     """`POST /threads/{id}/runs`: validate and queue a run; answer at once with it, `pending`."""
     service = service_of(request)
     body = await read_json(request, service.limits.max_body_bytes)
+    body.pop(CALLER_KEY, None)
     thread_id = valid_thread_id(request.path_params["thread_id"])
     plan = plan_of(body, thread_id)  # every refusal (422, 404 assistant) before anything is stored
-    metadata = body.get("metadata") or {}
-    if not isinstance(metadata, dict):
-        raise HTTPException(422, "metadata must be a JSON object")
     if body.get("stream_resumable"):
         raise HTTPException(422, "`stream_resumable` is not supported: join_stream sends the run's final values")
-    if await thread_exists(service, thread_id) is None:
+    metadata = await authorize_run(request, plan, body)
+    missing = HTTPException(404, f"thread {thread_id} not found (send if_not_exists=create to create it)")
+    if plan.where is not None and await store_call(
+        service, "reading the thread", service.threads.get(thread_id, plan.where)
+    ):
+        pass  # the caller's own thread
+    elif await thread_exists(service, thread_id) is None:
         if not plan.create_thread:
-            raise HTTPException(404, f"thread {thread_id} not found (send if_not_exists=create to create it)")
-        await store_call(service, "creating the thread", service.threads.create(thread_id, {}))
+            raise missing
+        created = service.threads.create(thread_id, dict(plan.thread_metadata))
+        if await store_call(service, "creating the thread", created) is None and plan.where is not None:
+            raise missing  # another caller created it meanwhile
+    elif plan.where is not None:
+        raise missing  # another caller's thread
+    if plan.caller is not None:
+        body[CALLER_KEY] = plan.caller.stored()
     if plan.multitask == "reject":
         busy = await store_call(service, "reading the queue", service.queue.active(thread_id))
         busy = busy or thread_id in await store_call(service, "reading leases", service.threads.busy([thread_id]))
@@ -183,7 +202,7 @@ async def get_run(request: Request) -> Response:
 async def list_runs(request: Request) -> Response:
     """`GET /threads/{id}/runs`: newest first (`limit`, `offset`, `status`)."""
     service = service_of(request)
-    thread_id, _ = await known_thread(service, request)
+    thread_id, _ = await known_thread(service, request, "search", metadata={})
     params = request.query_params
     try:
         limit, offset = int(params.get("limit", 10)), int(params.get("offset", 0))
@@ -239,8 +258,8 @@ async def join_stream(request: Request) -> Response:
 async def cancel_run(request: Request) -> Response:
     """`POST /threads/{id}/runs/{run_id}/cancel` (`action=interrupt`; `wait=1` waits for it to stop)."""
     service = service_of(request)
-    run = await _run_of(request, service)
     action = request.query_params.get("action", "interrupt")
+    run = await _run_of(request, service, "update", action=action)
     if action != "interrupt":
         raise HTTPException(422, "cancel action must be `interrupt` (steps already written stay in the history)")
     status = await store_call(service, "cancelling the run", service.queue.cancel(run.thread_id, run.run_id))
@@ -252,7 +271,7 @@ async def cancel_run(request: Request) -> Response:
 async def delete_run(request: Request) -> Response:
     """`DELETE /threads/{id}/runs/{run_id}`: a run that is not running (409 while it runs)."""
     service = service_of(request)
-    run = await _run_of(request, service)
+    run = await _run_of(request, service, "delete")
     if not await store_call(service, "deleting the run", service.queue.delete(run.thread_id, run.run_id)):
         raise HTTPException(409, f"run {run.run_id} is running; cancel it first")
     return Response(status_code=204)

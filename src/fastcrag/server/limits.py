@@ -21,6 +21,13 @@ class ServeSettings(BaseSettings):
         "elsewhere); `*` for any. Empty: no cross-origin access.",
     )
 
+    auth: str = Field(
+        "",
+        description="The `langgraph_sdk.Auth` object that authenticates and authorizes every request, as "
+        "`/abs/path/auth.py:name` or `module:name` (`fastcrag serve` sets it from langgraph.json's `auth.path`). "
+        "Empty: the shared API key (FASTRAG_API_KEY) mode.",
+    )
+
     def origins(self) -> list[str]:
         """The allowed origins, one per comma-separated item."""
         return [o.strip().rstrip("/") for o in self.cors_origins.split(",") if o.strip()]

@@ -4,12 +4,17 @@ Everything a run may not do is refused here with 422, before a thread is touched
 interrupts, so commands, interrupts, webhooks and delayed starts are not served. A run on a thread may start from
 one of its checkpoints (`checkpoint` or `checkpoint_id`): the graph then runs on from that state, a fork the thread's
 history keeps beside the line it left.
+
+With an `Auth` object (`access.py`), a valid request then goes through the `threads.create_run` handler
+(`authorize_run`): it may refuse, add run metadata (which a thread the run creates takes on, as in LangGraph), or
+return a filter that the run's thread must satisfy; and the run's `config["configurable"]` carries the caller
+(`langgraph_auth_user`, `langgraph_auth_user_id`, `langgraph_auth_permissions`), as LangGraph passes it.
 """
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from langchain_core.messages import convert_to_messages
@@ -18,7 +23,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 
 from fastcrag.config.settings import Context
-from fastcrag.server.assistants import check_assistant
+from fastcrag.server.access import Caller, Filter, as_id, authorize, caller_of
+from fastcrag.server.assistants import ASSISTANT_ID, check_assistant
 from fastcrag.server.service import Service
 from fastcrag.server.wire import read_json
 
@@ -43,6 +49,18 @@ class RunPlan:
     config: dict[str, Any]
     stream_modes: list[str]
     multitask: str = "reject"
+    where: Filter | None = None
+    """The auth filter the run's thread must satisfy (None: any thread)."""
+    thread_metadata: dict[str, Any] = field(default_factory=dict)
+    """Metadata a thread this run creates starts with (the `create_run` handler's run metadata)."""
+    caller: Caller | None = None
+    """Who asked for the run (None in the shared-key mode)."""
+
+    def act_for(self, caller: Caller | None) -> None:
+        """Run for `caller`: its identity goes into the run's `configurable`, as LangGraph passes it."""
+        self.caller = caller
+        if caller is not None:
+            self.config["configurable"] = {**self.config.get("configurable", {}), **caller.configurable()}
 
 
 def _context(value: Any) -> Context:
@@ -131,7 +149,44 @@ async def plan_run(request: Request, service: Service, thread_id: str | None) ->
     Raises:
         HTTPException: 404 for another assistant, 413 for a large body, 422 for anything not served or invalid.
     """
-    return plan_of(await read_json(request, service.limits.max_body_bytes), thread_id)
+    body = await read_json(request, service.limits.max_body_bytes)
+    plan = plan_of(body, thread_id)
+    await authorize_run(request, plan, body)
+    return plan
+
+
+async def authorize_run(request: Request, plan: RunPlan, body: dict[str, Any]) -> dict[str, Any]:
+    """Run the `threads.create_run` auth handler on a planned run; the run metadata (as the handler left it).
+
+    The plan takes the handler's filter, the run metadata and the caller. In the shared-key mode nothing runs.
+
+    Raises:
+        HTTPException: 422 for metadata that is not an object; the handler refused (403) or failed.
+    """
+    metadata = body.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        raise HTTPException(422, "metadata must be a JSON object")
+    caller = caller_of(request)
+    if caller is None:
+        return metadata
+    value: dict[str, Any] = {
+        "thread_id": None if plan.thread_id is None else as_id(plan.thread_id),
+        "assistant_id": uuid.UUID(ASSISTANT_ID),
+        "run_id": uuid.UUID(plan.run_id),
+        "status": "pending",
+        "metadata": metadata,
+        "prevent_insert_if_inflight": True,
+        "multitask_strategy": plan.multitask,
+        "if_not_exists": "create" if plan.create_thread else "reject",
+        "after_seconds": 0,
+        "kwargs": {k: body[k] for k in ("input", "config", "context", "stream_mode") if k in body},
+    }
+    plan.where = await authorize(request, "threads", "create_run", value)
+    if not isinstance(value.get("metadata"), dict):
+        raise HTTPException(500, "the server's auth handler for threads.create_run left metadata that is no object")
+    plan.thread_metadata = dict(value["metadata"])
+    plan.act_for(caller)
+    return plan.thread_metadata
 
 
 def plan_of(body: dict[str, Any], thread_id: str | None, run_id: str | None = None) -> RunPlan:

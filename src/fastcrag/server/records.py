@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from fastcrag.server.access import Filter
+
 TABLE = "fastcrag_threads"
 RUNS = "fastcrag_thread_runs"
 """One row per thread with a run in flight: the run's lease, so that runs on one thread never overlap."""
@@ -46,8 +48,8 @@ class ThreadRecords(Protocol):
     async def create(self, thread_id: str, metadata: dict[str, Any]) -> ThreadRecord | None:
         """Insert a thread; None when one with this id exists already."""
 
-    async def get(self, thread_id: str) -> ThreadRecord | None:
-        """The thread's record, or None."""
+    async def get(self, thread_id: str, where: Filter | None = None) -> ThreadRecord | None:
+        """The thread's record, or None (also when its metadata does not satisfy `where`)."""
 
     async def claim(self, thread_id: str, run_id: str, seconds: float) -> bool:
         """Take the thread's run lease for `seconds`; False while another run holds an unexpired one.
@@ -58,17 +60,19 @@ class ThreadRecords(Protocol):
     async def release(self, thread_id: str, run_id: str) -> None:
         """Give back the lease `run_id` holds (nothing when it holds none)."""
 
-    async def search(self, query: ThreadQuery) -> list[ThreadRecord]:
-        """The records matching `query`, sorted and paginated as it says."""
+    async def search(self, query: ThreadQuery, auth: Filter | None = None) -> list[ThreadRecord]:
+        """The records matching `query` (and the auth filter `auth`), sorted and paginated as it says."""
 
-    async def count(self, metadata: dict[str, Any]) -> int:
-        """How many records hold `metadata` (JSON containment)."""
+    async def count(self, metadata: dict[str, Any], where: Filter | None = None) -> int:
+        """How many records hold `metadata` (JSON containment) and satisfy `where`."""
 
-    async def update(self, thread_id: str, metadata: dict[str, Any]) -> ThreadRecord | None:
-        """Merge `metadata` into the record's and set `updated_at`; None when there is no such record."""
+    async def update(
+        self, thread_id: str, metadata: dict[str, Any], where: Filter | None = None
+    ) -> ThreadRecord | None:
+        """Merge `metadata` into the record's and set `updated_at`; None without such a record satisfying `where`."""
 
-    async def delete(self, thread_id: str) -> bool:
-        """Remove the record and its lease; whether there was a record."""
+    async def delete(self, thread_id: str, where: Filter | None = None) -> bool:
+        """Remove the record (when it satisfies `where`) and its lease; whether there was a record."""
 
     async def busy(self, thread_ids: list[str]) -> set[str]:
         """Those of `thread_ids` whose run lease is held and unexpired."""
@@ -170,6 +174,73 @@ class Dialect:
             return "= ANY(?)", (values,)
         return f"IN ({', '.join('?' for _ in values)})", tuple(values)
 
+    def where(self, condition: Filter) -> tuple[str, tuple[Any, ...]]:
+        """A checked auth filter (`access.checked_filter`) on the `metadata` column: SQL and its parameters.
+
+        Keys are ANDed; `$eq` is JSON equality of the key's value, `$contains` that the key's value is an array
+        holding every given element; `$or` / `$and` combine filters.
+        """
+        parts: list[str] = []
+        params: list[Any] = []
+        for key, item in condition.items():
+            if key in ("$or", "$and"):
+                branches = [self.where(branch) for branch in item]
+                joiner = " OR " if key == "$or" else " AND "
+                parts.append("(" + joiner.join(f"({sql})" for sql, _ in branches) + ")")
+                params.extend(p for _, branch_params in branches for p in branch_params)
+                continue
+            op, operand = next(iter(item.items()))
+            sql, more = (self._pg_match if self.postgres else self._sqlite_match)(key, op, operand)
+            parts.append(sql)
+            params.extend(more)
+        return (" AND ".join(parts) or "TRUE"), tuple(params)
+
+    @staticmethod
+    def _pg_match(key: str, op: str, operand: Any) -> tuple[str, tuple[Any, ...]]:
+        if op == "$eq":
+            return "(metadata -> ?::text) = ?::jsonb", (key, json.dumps(operand))
+        wanted = operand if isinstance(operand, list) else [operand]
+        return (
+            "(jsonb_typeof(metadata -> ?::text) = 'array' AND (metadata -> ?::text) @> ?::jsonb)",
+            (key, key, json.dumps(wanted)),
+        )
+
+    @staticmethod
+    def _sqlite_match(key: str, op: str, operand: Any) -> tuple[str, tuple[Any, ...]]:
+        path = f'$."{key}"'  # checked_filter allows no quote or backslash in a key
+        if op == "$eq":
+            test, reads, more = _sqlite_equals(operand, "json_type(metadata, ?)", "json_extract(metadata, ?)")
+            return test, (path, *((path, *more) if reads else ()))
+        wanted = operand if isinstance(operand, list) else [operand]
+        clauses = ["json_type(metadata, ?) = 'array'"]
+        params: list[Any] = [path]
+        for element in wanted:
+            test, _, more = _sqlite_equals(element, "e.type", "e.atom", "e.value")
+            clauses.append(f"EXISTS (SELECT 1 FROM json_each(metadata, ?) AS e WHERE {test})")
+            params += [path, *more]
+        return "(" + " AND ".join(clauses) + ")", tuple(params)
+
+
+def _sqlite_equals(
+    value: Any, type_sql: str, value_sql: str, json_sql: str | None = None
+) -> tuple[str, bool, tuple[Any, ...]]:
+    """SQLite's test that a JSON value equals `value`: the SQL, whether it reads the value, and its parameters.
+
+    The JSON value is given by its type (`type_sql`, a `json_type` name), its SQL value (`value_sql`) and its JSON
+    text (`json_sql`, default `value_sql`).
+    """
+    if value is None:
+        return f"{type_sql} = 'null'", False, ()
+    if isinstance(value, bool):
+        return f"{type_sql} = '{'true' if value else 'false'}'", False, ()
+    if isinstance(value, int | float):
+        return f"({type_sql} IN ('integer', 'real') AND {value_sql} = ?)", True, (value,)
+    if isinstance(value, str):
+        return f"({type_sql} = 'text' AND {value_sql} = ?)", True, (value,)
+    # an object or array: compared as SQLite's minified JSON text (key order counts here, unlike on Postgres)
+    text = json_sql or value_sql
+    return f"({type_sql} IN ('object', 'array') AND {text} = json(?))", True, (json.dumps(value),)
+
 
 POSTGRES = Dialect("%s", "TIMESTAMPTZ", "JSONB NOT NULL DEFAULT '{}'::jsonb", "?::jsonb", "TIMESTAMPTZ", postgres=True)
 SQLITE = Dialect("?", "TEXT", "TEXT NOT NULL DEFAULT '{}'", "?", "REAL", postgres=False)
@@ -224,9 +295,17 @@ class SqlThreadRecords(ABC):
         )
         return _record(rows[0]) if rows else None
 
-    async def get(self, thread_id: str) -> ThreadRecord | None:
-        """The thread's record, or None."""
-        rows = await self._run(f"SELECT {COLUMNS} FROM {TABLE} WHERE thread_id = ?", thread_id)
+    def _also(self, where: Filter | None) -> tuple[str, tuple[Any, ...]]:
+        """` AND <the filter>` and its parameters; nothing without a filter."""
+        if not where:
+            return "", ()
+        sql, params = self.dialect.where(where)
+        return f" AND {sql}", params
+
+    async def get(self, thread_id: str, where: Filter | None = None) -> ThreadRecord | None:
+        """The thread's record, or None (also when it does not satisfy `where`)."""
+        also, params = self._also(where)
+        rows = await self._run(f"SELECT {COLUMNS} FROM {TABLE} WHERE thread_id = ?{also}", thread_id, *params)
         return _record(rows[0]) if rows else None
 
     async def claim(self, thread_id: str, run_id: str, seconds: float) -> bool:
@@ -248,13 +327,18 @@ class SqlThreadRecords(ABC):
         """Give back the lease."""
         await self._run(f"DELETE FROM {RUNS} WHERE thread_id = ? AND run_id = ?", thread_id, run_id)
 
-    async def search(self, query: ThreadQuery) -> list[ThreadRecord]:
-        """Matching records (JSON containment, Postgres's `@>`), sorted and paginated.
+    async def search(self, query: ThreadQuery, auth: Filter | None = None) -> list[ThreadRecord]:
+        """Matching records (JSON containment, Postgres's `@>`; the auth filter `auth`), sorted and paginated.
 
-        Postgres matches, sorts and pages in the database; SQLite's records are matched and paged here.
+        Postgres matches, sorts and pages in the database; SQLite applies the auth filter in the database and
+        matches the query's metadata and pages here.
         """
         where: list[str] = []
         params: list[Any] = []
+        if auth:
+            auth_sql, auth_params = self.dialect.where(auth)
+            where.append(auth_sql)
+            params.extend(auth_params)
         if query.ids:
             ids_sql, ids_params = self.dialect.any_of(list(query.ids))
             where.append(f"thread_id {ids_sql}")
@@ -273,36 +357,47 @@ class SqlThreadRecords(ABC):
         condition = f" WHERE {' AND '.join(where)}" if where else ""
         return [_record(r) for r in await self._run(f"SELECT {COLUMNS} FROM {TABLE}{condition}{tail}", *params)]
 
-    async def count(self, metadata: dict[str, Any]) -> int:
-        """How many records hold `metadata`."""
+    async def count(self, metadata: dict[str, Any], where: Filter | None = None) -> int:
+        """How many records hold `metadata` and satisfy `where`."""
         if not self.dialect.postgres:
-            return sum(contains(r.metadata, metadata) for r in await self._select([], []))
+            condition, condition_params = self.dialect.where(where) if where else ("", ())
+            found = await self._select([condition] if where else [], list(condition_params))
+            return sum(contains(r.metadata, metadata) for r in found)
+        also, params = self._also(where)
         rows = await self._run(
-            f"SELECT count(*) FROM {TABLE} WHERE metadata @> {self.dialect.json_mark}", json.dumps(metadata)
+            f"SELECT count(*) FROM {TABLE} WHERE metadata @> {self.dialect.json_mark}{also}",
+            json.dumps(metadata),
+            *params,
         )
         return int(rows[0][0])
 
-    async def update(self, thread_id: str, metadata: dict[str, Any]) -> ThreadRecord | None:
-        """Merge `metadata` (top-level keys) and set `updated_at`; None when there is no such record."""
+    async def update(
+        self, thread_id: str, metadata: dict[str, Any], where: Filter | None = None
+    ) -> ThreadRecord | None:
+        """Merge `metadata` (top-level keys) and set `updated_at`; None without such a record satisfying `where`."""
         if self.dialect.postgres:
             merged, value = f"metadata || {self.dialect.json_mark}", metadata
         else:
-            record = await self.get(thread_id)
+            record = await self.get(thread_id, where)
             if record is None:
                 return None
             merged, value = self.dialect.json_mark, {**record.metadata, **metadata}
+        also, params = self._also(where)
         rows = await self._run(
-            f"UPDATE {TABLE} SET metadata = {merged}, updated_at = ? WHERE thread_id = ? RETURNING {COLUMNS}",
+            f"UPDATE {TABLE} SET metadata = {merged}, updated_at = ? WHERE thread_id = ?{also} RETURNING {COLUMNS}",
             json.dumps(value),
             self.dialect.now(),
             thread_id,
+            *params,
         )
         return _record(rows[0]) if rows else None
 
-    async def delete(self, thread_id: str) -> bool:
-        """Remove the record and its lease."""
-        rows = await self._run(f"DELETE FROM {TABLE} WHERE thread_id = ? RETURNING thread_id", thread_id)
-        await self._run(f"DELETE FROM {RUNS} WHERE thread_id = ?", thread_id)
+    async def delete(self, thread_id: str, where: Filter | None = None) -> bool:
+        """Remove the record (when it satisfies `where`) and its lease."""
+        also, params = self._also(where)
+        rows = await self._run(f"DELETE FROM {TABLE} WHERE thread_id = ?{also} RETURNING thread_id", thread_id, *params)
+        if rows or not where:  # a thread known by its checkpoints only may hold a lease too
+            await self._run(f"DELETE FROM {RUNS} WHERE thread_id = ?", thread_id)
         return bool(rows)
 
     async def busy(self, thread_ids: list[str]) -> set[str]:

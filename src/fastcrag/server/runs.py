@@ -69,10 +69,17 @@ async def _ensure_thread(service: Service, plan: RunPlan) -> None:
     """
     if plan.thread_id is None:
         return
-    if await thread_known(service, plan.thread_id) is None:
+    missing = HTTPException(404, f"thread {plan.thread_id} not found (send if_not_exists=create to create it)")
+    if plan.where is not None:  # the caller's own threads only; one they may not see is as good as missing
+        if await service.threads.get(plan.thread_id, plan.where) is None:
+            if not plan.create_thread or await thread_known(service, plan.thread_id) is not None:
+                raise missing
+            if await service.threads.create(plan.thread_id, {**plan.thread_metadata, **RUN_METADATA}) is None:
+                raise missing  # another caller created it meanwhile
+    elif await thread_known(service, plan.thread_id) is None:
         if not plan.create_thread:
-            raise HTTPException(404, f"thread {plan.thread_id} not found (send if_not_exists=create to create it)")
-        await service.threads.create(plan.thread_id, dict(RUN_METADATA))
+            raise missing
+        await service.threads.create(plan.thread_id, {**plan.thread_metadata, **RUN_METADATA})
     checkpoint_id = plan.config["configurable"].get("checkpoint_id")
     if checkpoint_id and await service.saver.aget_tuple(plan.config) is None:
         raise HTTPException(404, f"checkpoint {checkpoint_id} not found on thread {plan.thread_id}")

@@ -1,7 +1,8 @@
 """The state routes of `fastcrag serve`: a thread's state at any checkpoint, its history, and state updates.
 
 All of it is the checkpointer's: `aget_state`, `aget_state_history` and `aupdate_state` of the compiled graph, in
-the server API's ThreadState shape.
+the server API's ThreadState shape. Reads go through the `threads.read` auth handler, a state update through
+`threads.update` (`threads.known_thread`).
 """
 
 from __future__ import annotations
@@ -116,7 +117,7 @@ async def update_thread_state(request: Request) -> Response:
     """
     service = service_of(request)
     body = await read_json(request, service.limits.max_body_bytes)
-    thread_id, _ = await known_thread(service, request)
+    thread_id, _ = await known_thread(service, request, "update")
     values = body.get("values")
     if values is not None and not isinstance(values, dict):
         raise HTTPException(422, "values must be a JSON object (one update) or null")

@@ -3,6 +3,10 @@
 A thread's history is the checkpointer's (its state routes are in `state.py`); its record (`records.py`) says that
 it was created, with its metadata and times. A thread known only by its checkpoints (written by another process on
 the same database) counts as existing, but only recorded threads are found by a search.
+
+With an `Auth` object (`access.py`), each route first runs its handler (`threads.create`, `read`, `update`,
+`delete`, `search`) and reads the thread only through the filter it returns: a thread outside it is `404`, as if it
+did not exist, and a thread known only by its checkpoints is outside every filter.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
+from fastcrag.server.access import Filter, as_id, authorize
 from fastcrag.server.records import SORTABLE, ThreadQuery
 from fastcrag.server.service import Service, service_of
 from fastcrag.server.wire import OrjsonResponse, read_json
@@ -69,16 +74,31 @@ async def thread_exists(service: Service, thread_id: str) -> Any:
     return await store_call(service, "reading the thread", thread_known(service, thread_id))
 
 
-async def known_thread(service: Service, request: Request) -> tuple[str, Any]:
-    """The path's thread id and its record (True: known by its checkpoints only).
+async def owned_thread(
+    service: Service, request: Request, operation: str = "read", **value: Any
+) -> tuple[str, Any, Filter | None]:
+    """The path's thread id, its record (True: known by its checkpoints only) and the auth filter it was read with.
+
+    The `threads.<operation>` auth handler (given `thread_id` and `value`) allows it first.
 
     Raises:
-        HTTPException: 422 for a bad id, 404 for an unknown thread, 503 when the database fails.
+        HTTPException: 422 for a bad id, 404 for an unknown thread (or one outside the filter), 403 when the
+            handler refuses, 503 when the database fails.
     """
     thread_id = valid_thread_id(request.path_params["thread_id"])
-    record = await thread_exists(service, thread_id)
+    where = await authorize(request, "threads", operation, {"thread_id": as_id(thread_id), **value})
+    if where is not None:
+        record = await store_call(service, "reading the thread", service.threads.get(thread_id, where))
+    else:
+        record = await thread_exists(service, thread_id)
     if record is None:
         raise HTTPException(404, f"thread {thread_id} not found")
+    return thread_id, record, where
+
+
+async def known_thread(service: Service, request: Request, operation: str = "read", **value: Any) -> tuple[str, Any]:
+    """`owned_thread` without the filter: the thread id and its record."""
+    thread_id, record, _ = await owned_thread(service, request, operation, **value)
     return thread_id, record
 
 
@@ -121,11 +141,16 @@ async def create_thread(request: Request) -> Response:
     if_exists = body.get("if_exists") or "raise"
     if if_exists not in ("raise", "do_nothing"):
         raise HTTPException(422, "if_exists must be `raise` or `do_nothing`")
+    value = {"thread_id": as_id(thread_id), "metadata": metadata, "if_exists": if_exists}
+    where = await authorize(request, "threads", "create", value)
+    metadata = _metadata_of(value)  # the handler may have added to it (an owner)
     record = await store_call(service, "creating the thread", service.threads.create(thread_id, metadata))
     if record is None:
         if if_exists == "raise":
             raise HTTPException(409, f"thread {thread_id} exists already")
-        record = await store_call(service, "reading the thread", service.threads.get(thread_id))
+        record = await store_call(service, "reading the thread", service.threads.get(thread_id, where))
+        if record is None:  # another caller's thread: no more said than for `raise`
+            raise HTTPException(409, f"thread {thread_id} exists already")
     return OrjsonResponse(_thread_json(record, thread_id, {}))
 
 
@@ -183,10 +208,15 @@ def _query(body: dict[str, Any]) -> tuple[ThreadQuery, str | None, list[str] | N
 async def search_threads(request: Request) -> Response:
     """`POST /threads/search`: recorded threads by metadata (JSON containment), ids and status; paged and sorted."""
     service = service_of(request)
-    query, status, select = _query(await read_json(request, service.limits.max_body_bytes))
+    body = await read_json(request, service.limits.max_body_bytes)
+    query, status, select = _query(body)
+    value = {"metadata": query.metadata, "values": body.get("values") or {}, "status": status}
+    where = await authorize(request, "threads", "search", {**value, "limit": query.limit, "offset": query.offset})
     # the status is the lease's, not the record's: with a status filter, search everything, filter, then page
     whole = ThreadQuery(query.metadata, query.ids, 1_000_000, 0, query.sort_by, query.descending)
-    found = await store_call(service, "searching threads", service.threads.search(query if status is None else whole))
+    found = await store_call(
+        service, "searching threads", service.threads.search(query if status is None else whole, where)
+    )
     busy = await store_call(service, "reading run leases", service.threads.busy([r.thread_id for r in found]))
     if status is not None:
         found = [r for r in found if ("busy" if r.thread_id in busy else "idle") == status]
@@ -204,7 +234,9 @@ async def count_threads(request: Request) -> Response:
     service = service_of(request)
     body = await read_json(request, service.limits.max_body_bytes)
     _unsupported(body, "values", "status")
-    return OrjsonResponse(await store_call(service, "counting threads", service.threads.count(_metadata_of(body))))
+    metadata = _metadata_of(body)
+    where = await authorize(request, "threads", "search", {"metadata": metadata, "values": {}, "status": None})
+    return OrjsonResponse(await store_call(service, "counting threads", service.threads.count(metadata, where)))
 
 
 async def update_thread(request: Request) -> Response:
@@ -213,10 +245,10 @@ async def update_thread(request: Request) -> Response:
     body = await read_json(request, service.limits.max_body_bytes)
     _unsupported(body, "ttl")
     metadata = _metadata_of(body)
-    thread_id, record = await known_thread(service, request)
+    thread_id, record, where = await owned_thread(service, request, "update", metadata=metadata)
     if record is True:
         await store_call(service, "recording the thread", service.threads.create(thread_id, {}))
-    updated = await store_call(service, "updating the thread", service.threads.update(thread_id, metadata))
+    updated = await store_call(service, "updating the thread", service.threads.update(thread_id, metadata, where))
     if updated is None:  # deleted meanwhile
         raise HTTPException(404, f"thread {thread_id} not found")
     if request.headers.get("prefer", "").replace(" ", "") == "return=minimal":
@@ -233,7 +265,7 @@ async def refuse_busy(service: Service, thread_id: str) -> None:
 async def delete_thread(request: Request) -> Response:
     """`DELETE /threads/{id}`: its checkpoints, writes and record (409 while a run holds it)."""
     service = service_of(request)
-    thread_id, _ = await known_thread(service, request)
+    thread_id, _ = await known_thread(service, request, "delete")
     await refuse_busy(service, thread_id)
     if await store_call(service, "reading the queue", service.queue.active(thread_id)):
         raise HTTPException(409, f"thread {thread_id} has background runs pending; cancel them first")
@@ -249,6 +281,9 @@ async def copy_thread(request: Request) -> Response:
     source, record = await known_thread(service, request)
     target = str(uuid.uuid4())
     metadata = {} if record is True else dict(record.metadata)
+    value = {"thread_id": as_id(target), "metadata": metadata, "if_exists": "raise"}
+    await authorize(request, "threads", "create", value)  # the copy is created as a thread (an owner stamped)
+    metadata = _metadata_of(value)
     created = await store_call(service, "creating the thread", service.threads.create(target, metadata))
     await store_call(service, "copying the checkpoints", copy_checkpoints(service.saver, source, target))
     return OrjsonResponse(_thread_json(created, target, await thread_values(service, target)))

@@ -1,6 +1,8 @@
 """The wire format and guards of `fastcrag serve`: JSON encoding, the error shape, the API key, body limits.
 
-With `FASTRAG_API_KEY` set, every route but `/ok` and the console's static files needs `Authorization: Bearer <key>`
+With an `auth` path in langgraph.json (`access.py`), its authenticate handler checks every route but `/ok` and the
+console's static files instead of the key, and the caller it returns goes with the request. Otherwise, with
+`FASTRAG_API_KEY` set, every route but `/ok` and the console's static files needs `Authorization: Bearer <key>`
 or `x-api-key: <key>` (compared with `hmac.compare_digest`; 401 otherwise, before any body is read or any run
 starts). Request bodies are capped (`FASTRAG_MAX_BODY_BYTES`, 413). No response, log line or metric carries a
 traceback, a database password or the key.
@@ -19,6 +21,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fastcrag.server import console
+from fastcrag.server.access import ACCESS, CALLER, Access
 from fastcrag.server.service import Service
 
 log = logging.getLogger("fastcrag.server")
@@ -97,12 +100,16 @@ def sse(event: str, data: Any, service: Service | None = None) -> bytes:
 
 
 class Guard:
-    """Outermost ASGI layer: the API key check, and no traceback ever reaching a client or the log."""
+    """Outermost ASGI layer: the caller's authentication, and no traceback ever reaching a client or the log."""
 
-    def __init__(self, app: ASGIApp, key: str | None) -> None:
-        """Wrap `app`; `key` None or empty means no key is required (loopback only, enforced by `serve`)."""
+    def __init__(self, app: ASGIApp, key: str | None, access: Access | None = None) -> None:
+        """Wrap `app`, authenticating with `access` (an `Auth` object's handlers) or else the shared `key`.
+
+        Neither (`key` None or empty): no check (loopback only, enforced by `serve`).
+        """
         self.app = app
         self.key = key.encode() if key else None
+        self.access = access
 
     def _authorized(self, scope: Scope) -> bool:
         if self.key is None or scope["path"] in OPEN_PATHS:
@@ -120,7 +127,15 @@ class Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if not self._authorized(scope):
+        if self.access is not None:
+            if scope["path"] not in OPEN_PATHS:
+                try:
+                    scope[CALLER] = await self.access.authenticate(scope)
+                except HTTPException as exc:
+                    await error(exc.status_code, str(exc.detail), dict(exc.headers or {}))(scope, receive, send)
+                    return
+                scope[ACCESS] = self.access
+        elif not self._authorized(scope):
             response = error(
                 401, "missing or wrong API key: send `Authorization: Bearer <key>`", {"WWW-Authenticate": "Bearer"}
             )
