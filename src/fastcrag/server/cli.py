@@ -106,20 +106,37 @@ def cmd_serve(args: argparse.Namespace) -> int:
             return _refuse(str(exc))
         os.environ.setdefault("FASTRAG_STORE", local_url)
         os.environ.setdefault("FASTRAG_CHECKPOINTS", local_url)
+    refused = _configure_auth(args.config)
+    if refused:
+        return refused
     try:
         settings = Settings()
         from fastcrag.server.limits import ServeSettings
 
-        ServeSettings()
+        auth = ServeSettings().auth
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         return _refuse(f"invalid setting: {problems}")
+    if auth:
+        from fastcrag.server.access import AuthLoadError, load_auth
+
+        try:
+            load_auth(auth)  # once here, so that a broken auth file fails in one line before any worker
+        except AuthLoadError as exc:
+            return _refuse(str(exc))
     key = settings.api_key.get_secret_value() if settings.api_key is not None else ""
     if key and len(key) < 16:
         return _refuse("FASTRAG_API_KEY must be at least 16 characters (e.g. `openssl rand -hex 24`)")
-    if not key and not is_loopback(args.host):
+    if key and auth:
+        print(
+            "fastcrag: warning: FASTRAG_API_KEY is not checked: the auth handler of langgraph.json authenticates "
+            "every request",
+            file=sys.stderr,
+        )
+    if not key and not auth and not is_loopback(args.host):
         return _refuse(
-            f"refusing to serve on {args.host} without FASTRAG_API_KEY: set a key, or bind 127.0.0.1 (the default)"
+            f"refusing to serve on {args.host} without FASTRAG_API_KEY or an auth handler: set a key, name an "
+            "`auth` path in langgraph.json, or bind 127.0.0.1 (the default)"
         )
     from fastcrag.config.settings import is_postgres_url
 
@@ -153,6 +170,28 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return _run(args)
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _configure_auth(config: str | None) -> int:
+    """Set `FASTRAG_AUTH` from langgraph.json's `auth.path` (`config`, else ./langgraph.json when there is one).
+
+    Returns:
+        0, or the exit code to stop with (a missing or unreadable config file).
+    """
+    from pathlib import Path
+
+    from fastcrag.server.access import AuthLoadError, auth_spec
+
+    path = Path(config) if config else Path("langgraph.json")
+    if not path.is_file():
+        return _refuse(f"--config {config}: no such file") if config else 0
+    try:
+        spec = auth_spec(path)
+    except AuthLoadError as exc:
+        return _refuse(str(exc))
+    if spec:
+        os.environ["FASTRAG_AUTH"] = spec
+    return 0
 
 
 def _index_embedded_corpus(settings: Any) -> int:
@@ -221,7 +260,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
         "serve",
         help="the production server: LangGraph API routes (SDK, RemoteGraph), /metrics and /console",
         description="Serve the `crag` graph with uvicorn workers over the shared checkpointer "
-        "(FASTRAG_CHECKPOINTS). Off loopback it needs FASTRAG_API_KEY.",
+        "(FASTRAG_CHECKPOINTS). Off loopback it needs FASTRAG_API_KEY, or an `auth` path in langgraph.json.",
     )
     s.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST}, loopback)")
     s.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
@@ -233,6 +272,13 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
         "--cors-origins",
         help="comma-separated origins whose browser pages may call the API, e.g. a chat UI's http://localhost:3000 "
         "(FASTRAG_CORS_ORIGINS; * for any; default none)",
+    )
+    s.add_argument(
+        "--config",
+        metavar="LANGGRAPH_JSON",
+        help="the langgraph.json whose `auth.path` names a langgraph_sdk.Auth object that authenticates and "
+        "authorizes every request (per-user threads); default ./langgraph.json when present. Without an `auth` "
+        "path: the shared FASTRAG_API_KEY",
     )
     s.add_argument("--no-access-log", action="store_true", help="do not log one line per request")
     s.add_argument(
