@@ -59,6 +59,33 @@ async def assistants_readable(ctx: Auth.types.AuthContext, value: dict) -> None:
 """
 
 
+#: Auth filters, and thread metadata to match them against: the SQL of both dialects must pick what `matches` does.
+FILTERS: list[dict[str, Any]] = [
+    {"owner": "alice"},
+    {"owner": {"$eq": "alice"}},
+    {"n": 1},
+    {"n": 1.0},
+    {"flag": True},
+    {"none": None},
+    {"obj": {"$eq": {"a": 1}}},
+    {"tags": {"$contains": "x"}},
+    {"tags": {"$contains": ["x", "y"]}},
+    {"tags": {"$contains": 1}},
+    {"owner": "alice", "tags": {"$contains": "y"}},
+    {"$or": [{"owner": "bob"}, {"tags": {"$contains": "z"}}]},
+    {"$and": [{"owner": "alice"}, {"$or": [{"n": 2}, {"flag": True}]}]},
+    {"missing": None},
+    {"weird key.with dots": "v"},
+]
+ROWS: list[dict[str, Any]] = [
+    {"owner": "alice", "n": 1, "flag": True, "none": None, "tags": ["x", "y"], "obj": {"a": 1}},
+    {"owner": "bob", "n": 2, "flag": False, "tags": ["z", 1], "weird key.with dots": "v"},
+    {"owner": ["alice"], "n": "1", "flag": 1, "tags": "x"},
+    {"owner": {"name": "alice"}, "tags": [["x"]], "obj": {"a": 1, "b": 2}},
+    {},
+]
+
+
 def write_project(folder: Path, source: str = AUTH_PY) -> Path:
     """`auth.py` and a `langgraph.json` naming it (`./auth.py:auth`) in `folder`; the langgraph.json path."""
     folder.mkdir(parents=True, exist_ok=True)

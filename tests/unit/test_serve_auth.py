@@ -34,7 +34,7 @@ from fastcrag.server.limits import ServeSettings
 from fastcrag.server.records import SQLITE, SqliteThreadRecords
 from fastcrag.server.service import Service, configured_secrets
 
-from auth_users import ALICE, BOB, BROKEN, CRASH, SECRET_ENV, check_isolation, write_project
+from auth_users import ALICE, BOB, BROKEN, CRASH, FILTERS, ROWS, SECRET_ENV, check_isolation, write_project
 from fakes import CALIBRATION, FakeChat, ListRetriever, ScriptedReranker, doc
 
 SECRET_URL = "postgresql://app:s3cret-password@db.internal/fastcrag"
@@ -229,32 +229,6 @@ def test_serve_refuses_a_broken_auth_file_in_one_line(
     assert "loading the auth file" in err and "ImportError: no jwt library here" in err and "Traceback" not in err
 
 
-FILTERS: list[dict[str, Any]] = [
-    {"owner": "alice"},
-    {"owner": {"$eq": "alice"}},
-    {"n": 1},
-    {"n": 1.0},
-    {"flag": True},
-    {"none": None},
-    {"obj": {"$eq": {"a": 1}}},
-    {"tags": {"$contains": "x"}},
-    {"tags": {"$contains": ["x", "y"]}},
-    {"tags": {"$contains": 1}},
-    {"owner": "alice", "tags": {"$contains": "y"}},
-    {"$or": [{"owner": "bob"}, {"tags": {"$contains": "z"}}]},
-    {"$and": [{"owner": "alice"}, {"$or": [{"n": 2}, {"flag": True}]}]},
-    {"missing": None},
-    {"weird key.with dots": "v"},
-]
-ROWS: list[dict[str, Any]] = [
-    {"owner": "alice", "n": 1, "flag": True, "none": None, "tags": ["x", "y"], "obj": {"a": 1}},
-    {"owner": "bob", "n": 2, "flag": False, "tags": ["z", 1], "weird key.with dots": "v"},
-    {"owner": ["alice"], "n": "1", "flag": 1, "tags": "x"},
-    {"owner": {"name": "alice"}, "tags": [["x"]], "obj": {"a": 1, "b": 2}},
-    {},
-]
-
-
 def test_filters_as_sqlite_sql_select_what_the_matcher_does() -> None:
     db = sqlite3.connect(":memory:")
     db.execute("CREATE TABLE fastcrag_threads (id INTEGER, metadata TEXT)")
@@ -279,3 +253,17 @@ def test_bad_filters_are_refused() -> None:
     ):
         with pytest.raises(FilterError):
             checked_filter(bad)
+
+
+def test_the_deploy_docs_example_auth_py_isolates_two_users(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import hashlib
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "DEPLOY.md").read_text(encoding="utf-8")
+    example = docs.split("An example `auth.py`", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    table = {hashlib.sha256(t.encode()).hexdigest(): user for t, user in ((ALICE, "alice"), (BOB, "bob"))}
+    (tmp_path / "tokens.json").write_text(json.dumps(table))
+    monkeypatch.setenv("AUTH_TOKENS_FILE", str(tmp_path / "tokens.json"))
+    app = make_app(tmp_path, write_project(tmp_path / "docs-example", example))
+    with TestClient(app, raise_server_exceptions=False) as a, TestClient(app, raise_server_exceptions=False) as b:
+        assert a.post("/threads/search", json={}, headers={"Authorization": "Bearer guess"}).status_code == 401
+        check_isolation(sdk(a, ALICE), sdk(b, BOB), QUESTION)

@@ -75,18 +75,21 @@ async def thread_exists(service: Service, thread_id: str) -> Any:
 
 
 async def owned_thread(
-    service: Service, request: Request, operation: str = "read", **value: Any
+    service: Service, request: Request, operation: str = "read", value: dict[str, Any] | None = None
 ) -> tuple[str, Any, Filter | None]:
     """The path's thread id, its record (True: known by its checkpoints only) and the auth filter it was read with.
 
-    The `threads.<operation>` auth handler (given `thread_id` and `value`) allows it first.
+    The `threads.<operation>` auth handler allows it first, given `value` with the `thread_id` added (it may change
+    `value`: the caller reads it back).
 
     Raises:
         HTTPException: 422 for a bad id, 404 for an unknown thread (or one outside the filter), 403 when the
             handler refuses, 503 when the database fails.
     """
     thread_id = valid_thread_id(request.path_params["thread_id"])
-    where = await authorize(request, "threads", operation, {"thread_id": as_id(thread_id), **value})
+    value = {} if value is None else value
+    value["thread_id"] = as_id(thread_id)
+    where = await authorize(request, "threads", operation, value)
     if where is not None:
         record = await store_call(service, "reading the thread", service.threads.get(thread_id, where))
     else:
@@ -98,7 +101,7 @@ async def owned_thread(
 
 async def known_thread(service: Service, request: Request, operation: str = "read", **value: Any) -> tuple[str, Any]:
     """`owned_thread` without the filter: the thread id and its record."""
-    thread_id, record, _ = await owned_thread(service, request, operation, **value)
+    thread_id, record, _ = await owned_thread(service, request, operation, value)
     return thread_id, record
 
 
@@ -245,7 +248,9 @@ async def update_thread(request: Request) -> Response:
     body = await read_json(request, service.limits.max_body_bytes)
     _unsupported(body, "ttl")
     metadata = _metadata_of(body)
-    thread_id, record, where = await owned_thread(service, request, "update", metadata=metadata)
+    value = {"metadata": metadata}
+    thread_id, record, where = await owned_thread(service, request, "update", value)
+    metadata = _metadata_of(value)  # as the handler left it
     if record is True:
         await store_call(service, "recording the thread", service.threads.create(thread_id, {}))
     updated = await store_call(service, "updating the thread", service.threads.update(thread_id, metadata, where))
