@@ -14,6 +14,12 @@ What it does
 6. checks with `langgraph_sdk` that `threads.search` finds the thread with 4 messages (human, ai, human, ai);
 7. saves a screenshot (`--screenshot`, default runs/chat-ui.png) and stops everything it started.
 
+With `--per-user`, the server runs a langgraph.json `auth` handler (two opaque tokens, owner-only threads; see
+docs/DEPLOY.md "Per-user access"): before the session another user holds a conversation of their own; the browser
+sends the checked user's token (the UI's API key, `localStorage["lg:chat:apiKey"]`, which it sends as `X-Api-Key`);
+and the checks add that the other user's thread is neither in the UI's Thread History nor in the user's
+`threads.search`, and that the other user cannot read the UI's thread (404). `direct` mode only.
+
 Exit status 0 when every check passed, 1 otherwise; the server and UI logs, the failed requests the browser saw
 (method, URL, status, failure) and the console errors are printed on failure (and with -v).
 
@@ -52,6 +58,7 @@ Usage
     python scripts/chat_ui_check.py --build            # build the UI (if missing) and run the check
     python scripts/chat_ui_check.py                    # run the check against the built UI (--mode direct)
     python scripts/chat_ui_check.py --mode proxy --screenshot runs/chat-ui-proxy.png
+    python scripts/chat_ui_check.py --per-user         # two users with tokens: the UI shows only its user's threads
 """
 
 from __future__ import annotations
@@ -61,6 +68,7 @@ import contextlib
 import json
 import os
 import re
+import secrets
 import shutil
 import subprocess
 import sys
@@ -80,6 +88,39 @@ UI_GIT_URL = "https://github.com/langchain-ai/agent-chat-ui"
 PNPM = "pnpm@10.5.1"
 QUESTIONS = ("How does the with statement work?", "What does the global statement do?")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run", "--disable-extensions"]
+OTHER_QUESTION = "What does the nonlocal statement do?"
+"""The other user's question (`--per-user`): it must never show in the checked user's UI."""
+AUTH_PY = """\
+# Two users, one opaque token each (tokens from the environment); each sees only the threads they made.
+import os
+
+from langgraph_sdk import Auth
+
+auth = Auth()
+USERS = {os.environ["CHAT_UI_TOKEN"]: "ui-user", os.environ["CHAT_UI_OTHER_TOKEN"]: "other-user"}
+
+
+@auth.authenticate
+async def authenticate(headers: dict) -> str:
+    # the Agent Chat UI sends its API key as X-Api-Key; other clients send a bearer token
+    bearer = headers.get(b"authorization", b"").decode().partition(" ")[2]
+    user = USERS.get(headers.get(b"x-api-key", b"").decode() or bearer)
+    if user is None:
+        raise Auth.exceptions.HTTPException(status_code=401, detail="invalid or missing token")
+    return user
+
+
+@auth.on
+async def owner_only(ctx: Auth.types.AuthContext, value: dict) -> Auth.types.FilterType:
+    if ctx.action in ("create", "create_run"):
+        value["metadata"] = {**(value.get("metadata") or {}), "owner": ctx.user.identity}
+    return {"owner": ctx.user.identity}
+
+
+@auth.on.assistants
+async def shared_assistant(ctx: Auth.types.AuthContext, value: dict) -> None:
+    return None
+"""
 FONT_MOCK = """\
 // Offline stand-in for Google Fonts during `next build` (next/font/google): every CSS URL gets a
 // local() @font-face, so no font file is downloaded and the page falls back to a system font.
@@ -169,8 +210,14 @@ def fastcrag_server(args: argparse.Namespace, tmp: Path, ui_url: str) -> Iterato
         return
     env = {k: v for k, v in os.environ.items() if not k.startswith("FASTRAG_API_KEY")}
     env.update(OFFLINE_ENV, FASTRAG_LLM="extractive", FASTRAG_CHECKPOINTS=str(tmp / "threads.sqlite"))
+    extra: list[str] = []
+    if args.per_user:
+        (tmp / "auth.py").write_text(AUTH_PY)
+        (tmp / "langgraph.json").write_text(json.dumps({"auth": {"path": "./auth.py:auth"}}))
+        env.update(CHAT_UI_TOKEN=args.token, CHAT_UI_OTHER_TOKEN=args.other_token)
+        extra = ["--config", str(tmp / "langgraph.json")]
     # 10 minutes: the first serve on a machine builds the embedded Python-reference index before it is ready
-    with serve(tmp, env, "--cors-origins", ui_url, workers=1, timeout_s=600) as server:
+    with serve(tmp, env, "--cors-origins", ui_url, *extra, workers=1, timeout_s=600) as server:
         (tmp / "server.log").symlink_to(server.log)
         log(f"fastcrag serve on {server.url} (ready in {server.start_s:.0f} s, log {server.log})")
         yield server.url
@@ -361,17 +408,26 @@ def conversation(page: Any, client: Any, turn_timeout: float, result: dict[str, 
     result["sidebar"] = state.get("sidebar")
 
 
+def sdk_client(server_url: str, token: str | None) -> Any:
+    """A `langgraph_sdk` client of the server, sending `token` as a bearer token when given."""
+    from langgraph_sdk import get_sync_client
+
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    return get_sync_client(url=server_url, api_key=None, headers=headers)
+
+
 def browser_session(args: argparse.Namespace, page_url: str, server_url: str) -> dict[str, Any]:
     """Drive the UI through both turns in headless Chromium; returns what was observed."""
-    from langgraph_sdk import get_sync_client
     from playwright.sync_api import sync_playwright
 
-    client = get_sync_client(url=server_url)
+    client = sdk_client(server_url, args.token)
     result: dict[str, Any] = {"checks": {}, "answers": []}
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=args.chromium, headless=True, args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            if args.token:  # the UI's API key: what its settings form stores, sent as X-Api-Key
+                page.add_init_script(f"window.localStorage.setItem('lg:chat:apiKey', {json.dumps(args.token)})")
             seen = Observed(page)
             log(f"browser: {page_url}")
             page.goto(page_url)
@@ -394,11 +450,9 @@ def browser_session(args: argparse.Namespace, page_url: str, server_url: str) ->
     return result
 
 
-def sdk_check(server_url: str, thread_id: str) -> tuple[bool, str]:
+def sdk_check(server_url: str, thread_id: str, token: str | None = None) -> tuple[bool, str]:
     """Whether `threads.search` (by graph_id, as the UI asks) returns the thread with human/ai/human/ai."""
-    from langgraph_sdk import get_sync_client
-
-    client = get_sync_client(url=server_url)
+    client = sdk_client(server_url, token)
     found = client.threads.search(metadata={"graph_id": "crag"}, limit=100)
     mine = [t for t in found if t["thread_id"] == thread_id]
     if not mine:
@@ -445,13 +499,54 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="use this running LangGraph server (no API key) instead of starting "
         "`fastcrag serve`; threads it already holds are left alone",
     )
+    ap.add_argument(
+        "--per-user",
+        action="store_true",
+        help="serve with a langgraph.json auth handler (two users with tokens): the UI must show only its user's "
+        "threads (direct mode)",
+    )
     ap.add_argument("--screenshot", default=str(REPO / "runs" / "chat-ui.png"))
     ap.add_argument("--chromium", default=chromium_path(), help="the Chromium binary (default: Debian's)")
     ap.add_argument("--turn-timeout", type=float, default=240.0, help="seconds to wait for each answer")
     ap.add_argument("--keep", action="store_true", help="keep the temp folder (logs, checkpoints)")
     ap.add_argument("--events", help="write the browser's requests and errors (JSON lines) to this file")
     ap.add_argument("-v", "--verbose", action="store_true", help="print every API request the browser made")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    if args.per_user and (args.mode != "direct" or args.server_url):
+        ap.error("--per-user starts its own server and works in --mode direct")
+    args.token = secrets.token_urlsafe(24) if args.per_user else None
+    args.other_token = secrets.token_urlsafe(24) if args.per_user else None
+    return args
+
+
+def other_users_thread(server_url: str, token: str) -> str:
+    """Another user's conversation (`--per-user`), made before the session: its thread id."""
+    other = sdk_client(server_url, token)
+    thread_id = str(other.threads.create()["thread_id"])
+    other.runs.wait(thread_id, "crag", input={"messages": [{"role": "user", "content": OTHER_QUESTION}]})
+    log(f"the other user's thread {thread_id}: {OTHER_QUESTION!r}")
+    return thread_id
+
+
+def per_user_checks(result: dict[str, Any], server_url: str, args: argparse.Namespace, other_thread: str) -> None:
+    """Record that neither the UI nor the user's `threads.search` shows the other user's thread, and back."""
+    import httpx
+
+    sidebar = result.get("sidebar") or ""
+    result["checks"]["per user: the other user's thread is not in the UI's Thread History"] = bool(sidebar) and (
+        OTHER_QUESTION not in sidebar
+    )
+    found = [t["thread_id"] for t in sdk_client(server_url, args.token).threads.search(limit=1000)]
+    result["checks"]["per user: the user's threads.search has only their own threads"] = (
+        other_thread not in found and result.get("thread_id") in found
+    )
+    status = None
+    if result.get("thread_id"):
+        try:
+            sdk_client(server_url, args.other_token).threads.get(result["thread_id"])
+        except httpx.HTTPStatusError as exc:
+            status = exc.response.status_code
+    result["checks"]["per user: the other user cannot read the UI's thread (404)"] = status == 404
 
 
 def report(result: dict[str, Any], ok: bool, verbose: bool, tmp: Path) -> None:
@@ -496,6 +591,7 @@ def main(argv: list[str] | None = None) -> int:
         with fastcrag_server(args, tmp, ui_origin) as server_url, chat_ui(ui_dir, ui_port, server_url, tmp) as ui_url:
             api_url = server_url if args.mode == "direct" else f"{ui_url}/api"
             query = urllib.parse.urlencode({"apiUrl": api_url, "assistantId": "crag", "chatHistoryOpen": "true"})
+            other_thread = other_users_thread(server_url, args.other_token) if args.per_user else ""
             try:
                 result = browser_session(args, f"{ui_url}/?{query}", server_url)
             except Exception as exc:
@@ -504,8 +600,10 @@ def main(argv: list[str] | None = None) -> int:
             name = "langgraph_sdk threads.search: the thread with 4 messages"
             result["checks"][name] = False
             if result.get("thread_id"):
-                result["checks"][name], detail = sdk_check(server_url, result["thread_id"])
+                result["checks"][name], detail = sdk_check(server_url, result["thread_id"], args.token)
                 log(detail)
+            if args.per_user:
+                per_user_checks(result, server_url, args, other_thread)
             ok = all(result["checks"].values()) and len(result["checks"]) >= 4
             report(result, ok, args.verbose, tmp)
         verdict = "OK" if ok else "FAILED"
