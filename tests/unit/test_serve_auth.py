@@ -213,7 +213,7 @@ def test_serve_refuses_a_broken_auth_file_in_one_line(
     import argparse
 
     project = write_project(tmp_path / "project", "raise ImportError('no jwt library here')\n")
-    monkeypatch.delenv("FASTRAG_AUTH", raising=False)
+    monkeypatch.setenv("FASTRAG_AUTH", "")  # recorded, so that the value `serve` sets is undone after the test
     monkeypatch.delenv("FASTRAG_API_KEY", raising=False)
     args = argparse.Namespace(
         workers=1,
@@ -227,6 +227,8 @@ def test_serve_refuses_a_broken_auth_file_in_one_line(
     assert cmd_serve(args) == 2
     err = capsys.readouterr().err
     assert "loading the auth file" in err and "ImportError: no jwt library here" in err and "Traceback" not in err
+    args.config = str(tmp_path / "missing.json")
+    assert cmd_serve(args) == 2 and "no such file" in capsys.readouterr().err
 
 
 def test_filters_as_sqlite_sql_select_what_the_matcher_does() -> None:

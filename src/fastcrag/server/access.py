@@ -393,8 +393,12 @@ class Access:
             self._cache[key] = found
         return self._cache[key]
 
-    async def authorize(self, caller: Caller, resource: str, action: str, value: dict[str, Any]) -> Filter | None:
+    async def authorize(
+        self, caller: Caller, resource: str, action: str, value: dict[str, Any], scope: Scope | None = None
+    ) -> Filter | None:
         """Run the handler for `resource.action` on `value` (which it may change): its filter, or None for none.
+
+        `scope` is the request's, whose credentials a failure's log line must not carry.
 
         Raises:
             HTTPException: 403 when it refuses; its own status when it raises `Auth.exceptions.HTTPException`; 500
@@ -419,7 +423,7 @@ class Access:
         except AssertionError as exc:
             raise HTTPException(403, str(exc) or "Forbidden") from None
         except Exception as exc:
-            log.error("the auth handler for %s failed: %s", name, self._reason(exc, {"headers": []}))
+            log.error("the auth handler for %s failed: %s", name, self._reason(exc, scope or {"headers": []}))
             raise HTTPException(500, f"the server's auth handler for {name} failed ({type(exc).__name__})") from None
         if result is None or result is True:
             return None
@@ -523,4 +527,4 @@ async def authorize(request: HTTPConnection, resource: str, action: str, value: 
         return None
     access = request.scope.get(ACCESS)
     assert isinstance(access, Access)
-    return await access.authorize(caller, resource, action, value)
+    return await access.authorize(caller, resource, action, value, request.scope)
