@@ -344,10 +344,11 @@ def test_the_git_set_sentences_and_terms_stand_in_their_pages() -> None:
     for q in load_questions(GIT_DEVSET):
         sentence = flat(q.sentence)
         assert sentence in flats[q.sources[0]], q.id  # verbatim in its page
-        first = normalize(pages[q.sources[0]])
-        assert all(f" {normalize(t)} " in f" {first} " for t in q.key_terms), q.id
+        for source in q.sources:  # another page that answers it states the same facts
+            text = normalize(pages[source])
+            assert all(f" {normalize(t)} " in f" {text} " for t in q.key_terms), (q.id, source)
         copies = {name for name, text in flats.items() if sentence in text}
-        assert copies == set(q.sources), q.id  # every page holding the sentence is an acceptable source
+        assert copies <= set(q.sources), q.id  # every page holding the sentence is an acceptable source
 
 
 def test_eval_docs_subcommand_options(tmp_path: Path) -> None:
