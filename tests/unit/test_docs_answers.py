@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from fastcrag.evaluation.docs_answers import (
     normalize,
     score_answer,
     score_graph,
+    source_matches,
     summarize,
     why,
     worst,
@@ -27,6 +29,7 @@ from fastcrag.evaluation.runlog import ResultLog
 from fastcrag.retrieval.structure import fragment, opening
 
 DEVSET = Path(__file__).resolve().parents[1] / "data" / "docs_devset_python.jsonl"
+GIT_DEVSET = DEVSET.with_name("docs_devset_git.jsonl")
 
 WITH = DocsQuestion(
     "with",
@@ -132,6 +135,48 @@ def test_right_topic_any_citation_and_first() -> None:
     r = score_answer(WITH, answer, ["pydoc:typesseq"])
     assert not r["topic_cited"] and not r["substance"]
     assert why(r) == "right topic not cited"
+
+
+@pytest.mark.parametrize(
+    ("cited", "expected"),
+    [
+        ("pydoc:with", "pydoc:with"),
+        ("/srv/docs/git-stash.html", "git-stash.html"),
+        ("/srv/docs/git-stash.html", "./git-stash.html"),
+        ("/srv/docs/howto/new-command.html", "howto/new-command.html"),
+        ("C:\\docs\\howto\\new-command.html", "howto/new-command.html"),
+        ("/srv/docs/howto/new-command.html", "howto\\new-command.html"),
+        ("/srv/docs/git-stash.html", "/srv/docs/git-stash.html"),
+    ],
+)
+def test_a_cited_path_matches_the_expected_path_by_its_last_components(cited: str, expected: str) -> None:
+    assert source_matches(cited, expected)
+
+
+@pytest.mark.parametrize(
+    ("cited", "expected"),
+    [
+        ("/srv/docs/old-git-stash.html", "git-stash.html"),  # whole components only
+        ("/srv/docs/git-stash.html", "docs/git-stash.htm"),
+        ("/srv/docs/new-command.html", "howto/new-command.html"),
+        ("/srv/docs/git-stash.html", "/elsewhere/git-stash.html"),  # an absolute path matches only itself
+        ("/srv/docs/git-stash.html", "C:/srv/docs/git-stash.html"),
+        ("/srv/docs/git-stash.html", "./"),
+        ("pydoc:with", "with"),
+        ("git-stash.html", "/srv/docs/git-stash.html"),
+    ],
+)
+def test_a_cited_path_with_other_last_components_does_not_match(cited: str, expected: str) -> None:
+    assert not source_matches(cited, expected)
+
+
+def test_a_question_naming_pages_relative_to_the_corpus_matches_the_index_paths() -> None:
+    q = DocsQuestion("s", "Where is the latest stash?", ("git-stash.html", "user-manual.html"), "It is in refs/stash.")
+    r = score_answer(q, q.sentence, ["/home/a/git-doc/git-log.html", "/home/a/git-doc/user-manual.html"])
+    assert r["topic_cited"] and not r["topic_first"] and r["substance"]
+    r = score_answer(q, q.sentence, ["D:\\corpora\\git-doc\\git-stash.html"])
+    assert r["topic_cited"] and r["topic_first"]
+    assert not score_answer(q, q.sentence, ["/home/a/git-doc/git-stash.html.bak"])["topic_cited"]
 
 
 def test_sentence_or_all_key_terms_carry_the_substance() -> None:
@@ -262,6 +307,48 @@ def test_the_dev_set_sentences_and_terms_stand_in_their_topics() -> None:
         assert all(f" {normalize(t)} " in f" {first} " for t in q.key_terms), q.id
         copies = {f"pydoc:{k}" for k, v in topics.items() if q.sentence in flat(v)}
         assert copies == set(q.sources), q.id  # every copy of the text is an acceptable topic
+
+
+def test_the_git_set_is_thirty_distinct_questions_with_their_facts() -> None:
+    questions = load_questions(GIT_DEVSET)
+    assert len(questions) == 30 and len({q.question for q in questions}) == 30
+    assert all(q.id.startswith("git-") and q.sentence and q.key_terms and q.sources for q in questions)
+    # pages relative to the corpus folder (scripts/fetch_docs_corpus.sh), never a path of one machine
+    assert all(s.endswith(".html") and "/" not in s and "\\" not in s for q in questions for s in q.sources)
+    kinds = {k: sum(q.kind == k for q in questions) for k in ("explain", "how", "factoid")}
+    assert kinds == {"explain": 18, "how": 7, "factoid": 5}
+    for q in questions:  # its own sentence, cited from its page wherever the corpus lies, has the substance
+        r = score_answer(q, q.sentence, [f"/any/folder/{q.sources[0]}"])
+        assert r["substance"] and r["sentence"] and r["topic_first"] and r["fragment"] is None, q.id
+
+
+GIT_CORPUS = os.environ.get("FASTRAG_DOCS_CORPUS")
+
+
+@pytest.mark.skipif(
+    not GIT_CORPUS, reason="set FASTRAG_DOCS_CORPUS to the folder of scripts/fetch_docs_corpus.sh (Git's manual)"
+)
+def test_the_git_set_sentences_and_terms_stand_in_their_pages() -> None:
+    from fastcrag.retrieval.loaders import load_documents
+
+    folder = Path(str(GIT_CORPUS))
+    assert (folder / "git.html").is_file(), f"{folder} does not hold Git's manual: run scripts/fetch_docs_corpus.sh"
+    pages = {Path(d.source).relative_to(folder.resolve()).as_posix(): d.text for d in load_documents([folder])}
+
+    def flat(text: str) -> str:
+        # line breaks aside, and the break an HTML inline element (<code>, <em>) may leave before punctuation
+        text = re.sub(r"\s+", " ", text)
+        return re.sub(r"\( ", "(", re.sub(" ([,.;:!?)'\u2019])", r"\1", text))
+
+    flats = {name: flat(text) for name, text in pages.items()}
+    for q in load_questions(GIT_DEVSET):
+        sentence = flat(q.sentence)
+        assert sentence in flats[q.sources[0]], q.id  # verbatim in its page
+        for source in q.sources:  # another page that answers it states the same facts
+            text = normalize(pages[source])
+            assert all(f" {normalize(t)} " in f" {text} " for t in q.key_terms), (q.id, source)
+        copies = {name for name, text in flats.items() if sentence in text}
+        assert copies <= set(q.sources), q.id  # every page holding the sentence is an acceptable source
 
 
 def test_eval_docs_subcommand_options(tmp_path: Path) -> None:

@@ -30,7 +30,8 @@ class DocsQuestion:
     Attributes:
         id: A stable id (the set's `id` field, else a hash of the question).
         question: What a reader asks.
-        sources: The sources that answer it: the page, and any copies of the same text (any of them is right).
+        sources: The sources that answer it: the page, and any copies of the same text (any of them is right); a
+            file may be named by its path relative to the corpus folder (`source_matches`).
         sentence: The page's defining sentence, as it stands in the page.
         key_terms: Words or names an answer with the substance contains (all of them).
         kind: explain, how, factoid, ... (free text, for the report).
@@ -59,7 +60,8 @@ def _strings(value: Any, field: str, where: str) -> tuple[str, ...]:
 def load_questions(path: Path) -> list[DocsQuestion]:
     """Read a documentation question set: JSON Lines, one object per question.
 
-    Each object has `question`, `sources` (a source or a list of acceptable sources, as the index names them),
+    Each object has `question`, `sources` (a source or a list of acceptable sources, as the index names them; a
+    folder's files also by their paths relative to the folder, see `source_matches`),
     and `sentence` (the defining sentence) and/or `key_terms` (a list); `id`, `kind` and `category` are optional.
 
     Raises:
@@ -113,6 +115,22 @@ def substance(answer: str, q: DocsQuestion) -> tuple[bool, list[str]]:
     return (bool(q.sentence) and _contains(answer, q.sentence), [t for t in q.key_terms if not _contains(answer, t)])
 
 
+def source_matches(cited: str, expected: str) -> bool:
+    """Whether a cited source is the expected one: the same key, or a file path that ends with the expected path.
+
+    An index names a folder's files by their absolute paths, which depend on where the corpus lies; a question set
+    names them relative to the corpus folder (`git-stash.html`, `howto/new-command.html`) and a cited path matches
+    when its last components are those (`/srv/docs/git-stash.html`, not `/srv/docs/old-git-stash.html`). Either
+    side may use a backslash as the separator. An absolute or empty expected path matches only itself.
+    """
+    if cited == expected:
+        return True
+    want = expected.replace("\\", "/").removeprefix("./")
+    if not want or want.startswith("/") or re.match(r"^[A-Za-z]:/", want):
+        return False
+    return cited.replace("\\", "/").endswith("/" + want)
+
+
 def score_answer(
     q: DocsQuestion,
     answer: str,
@@ -134,9 +152,8 @@ def score_answer(
         `sentence` (the defining sentence is in the answer), `missing_terms`, `key_terms` (none missing),
         `fragment` (its kind or None), `abstained`, and `substance` (topic cited, sentence or key terms, no fragment).
     """
-    accepted = set(q.sources)
-    cited = any(s in accepted for s in sources)
-    first = bool(sources) and sources[0] in accepted
+    cited = any(source_matches(s, e) for s in sources for e in q.sources)
+    first = bool(sources) and any(source_matches(sources[0], e) for e in q.sources)
     abstained = is_abstention(answer, action, abstain_message)
     has_sentence, missing = substance(answer, q) if not abstained else (False, list(q.key_terms))
     terms = bool(q.key_terms) and not missing

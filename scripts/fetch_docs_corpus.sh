@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Fetch the second documentation corpus: Git's HTML manual as Debian ships it (package git-doc, GPL-2).
+#
+#   bash scripts/fetch_docs_corpus.sh DIR
+#
+# Downloads exactly git-doc 1:2.39.5-0+deb12u3 (Debian 12 "bookworm"), checks its SHA-256, and puts the manual's
+# top-level HTML pages (the command manual pages, the user manual, the tutorials, the glossary: 205 pages) and the
+# package's copyright file into DIR. The question set tests/data/docs_devset_git.jsonl names pages relative to DIR.
+# Run it again: nothing is downloaded when DIR already holds this version. The corpus is not part of the repository.
+#
+# Needs curl or wget (or apt-get on Debian/Ubuntu), and dpkg-deb or ar + tar. FASTRAG_DEBIAN_MIRROR overrides the
+# mirror (default http://deb.debian.org/debian); once Debian replaces this version, point it at a
+# https://snapshot.debian.org/archive/debian/<timestamp> archive that still holds the file (the SHA-256 is checked).
+set -euo pipefail
+
+PACKAGE=git-doc
+VERSION="1:2.39.5-0+deb12u3"
+FILE="git-doc_2.39.5-0+deb12u3_all.deb"
+POOL="pool/main/g/git/$FILE"
+SHA256=3c89668a11053a6bafade3de1f611f4613db31e082af63f43d8c5b69ad8795ec
+DOCS=usr/share/doc/git-doc
+MIRROR="${FASTRAG_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+MARKER=".fastcrag-corpus"
+
+die() { echo "fetch_docs_corpus: $*" >&2; exit 1; }
+
+[ $# -eq 1 ] || die "usage: bash scripts/fetch_docs_corpus.sh DIR (the folder to put the corpus in)"
+DEST="$1"
+STAMP="$PACKAGE=$VERSION sha256=$SHA256"
+
+if [ -f "$DEST/$MARKER" ] && [ "$(cat "$DEST/$MARKER")" = "$STAMP" ]; then
+    echo "fetch_docs_corpus: $DEST already holds $PACKAGE $VERSION; nothing to do"
+    exit 0
+fi
+if [ -e "$DEST" ] && [ ! -d "$DEST" ]; then
+    die "$DEST exists and is not a folder"
+fi
+if [ -d "$DEST" ] && [ ! -f "$DEST/$MARKER" ] && [ -n "$(ls -A "$DEST")" ]; then
+    die "$DEST is not empty and holds no corpus fetched by this script; give an empty or new folder"
+fi
+
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+
+sha_ok() { echo "$SHA256  $1" | sha256sum -c --status - 2>/dev/null; }
+
+deb="$WORK/$FILE"
+if command -v apt-get >/dev/null 2>&1 && (cd "$WORK" && apt-get download -q "$PACKAGE=$VERSION" >/dev/null 2>&1); then
+    mv "$WORK"/git-doc_*.deb "$deb" 2>/dev/null || true
+fi
+if [ ! -f "$deb" ] || ! sha_ok "$deb"; then
+    url="$MIRROR/$POOL"
+    rm -f "$deb"
+    if command -v curl >/dev/null 2>&1; then
+        curl -fsSL --retry 2 --connect-timeout 20 -o "$deb" "$url" || die "could not download $url (offline?)"
+    elif command -v wget >/dev/null 2>&1; then
+        wget -q -T 20 -O "$deb" "$url" || die "could not download $url (offline?)"
+    else
+        die "neither apt-get, curl nor wget is available to download $PACKAGE $VERSION"
+    fi
+fi
+sha_ok "$deb" || die "$FILE does not have the expected SHA-256 ($SHA256); refusing to unpack it"
+
+mkdir -p "$WORK/root"
+if command -v dpkg-deb >/dev/null 2>&1; then
+    dpkg-deb -x "$deb" "$WORK/root"
+else
+    command -v ar >/dev/null 2>&1 || die "neither dpkg-deb nor ar is available to unpack $FILE"
+    (cd "$WORK" && ar x "$deb" && tar -xf data.tar.* -C root)
+fi
+[ -d "$WORK/root/$DOCS" ] || die "$FILE holds no $DOCS"
+
+# the new folder is filled beside DEST, then swapped in: an interrupted run leaves DEST as it was
+mkdir -p "$(dirname "$DEST")"
+NEW="$(mktemp -d "$(dirname "$DEST")/.fetch-docs-corpus.XXXXXX")"
+find "$WORK/root/$DOCS" -maxdepth 1 -type f -name '*.html' -exec cp -p {} "$NEW/" \;
+cp -p "$WORK/root/$DOCS/copyright" "$NEW/copyright"
+echo "$STAMP" >"$NEW/$MARKER"
+chmod 755 "$NEW"
+if [ -d "$DEST" ]; then
+    OLD="$DEST.old.$$"
+    mv "$DEST" "$OLD"
+    mv "$NEW" "$DEST"
+    rm -rf "$OLD"
+else
+    mv "$NEW" "$DEST"
+fi
+echo "fetch_docs_corpus: $(find "$DEST" -maxdepth 1 -name '*.html' | wc -l) pages of $PACKAGE $VERSION in $DEST"
