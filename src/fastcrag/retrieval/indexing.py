@@ -24,10 +24,10 @@ from platformdirs import user_cache_dir
 from tqdm import tqdm
 
 from fastcrag.config.settings import Settings, is_postgres_url
+from fastcrag.retrieval.blocks import chunk_sections, sections
 from fastcrag.retrieval.embeddings import DEFAULT_SPEC, default_embeddings
 from fastcrag.retrieval.loaders import SourceDocument, python_reference
 from fastcrag.retrieval.store import FaissStore, FaissWriter, IndexLoadError
-from fastcrag.retrieval.text import chunk_text
 from fastcrag.retrieval.writing import ChunkBatch, DocumentEntry, StoreWriter
 
 if TYPE_CHECKING:
@@ -62,9 +62,13 @@ def encode(embeddings: Embeddings, texts: list[str]) -> Any:
     return np.asarray(vectors, dtype=np.float32).reshape(len(texts), -1)
 
 
+CHUNKER = 2
+"""The chunker's version: 2 reads structure (sections, tables, code; `fastcrag.retrieval.blocks`), 1 ran on."""
+
+
 def document_digest(text: str, chunk_tokens: int, chunk_overlap: int) -> str:
-    """The content hash of a document under these chunk settings (a change of either re-indexes it)."""
-    settings = {"chunk_tokens": chunk_tokens, "chunk_overlap": chunk_overlap}
+    """The content hash of a document under these chunk settings and chunker (a change of any re-indexes it)."""
+    settings = {"chunk_tokens": chunk_tokens, "chunk_overlap": chunk_overlap, "chunker": CHUNKER}
     return hashlib.sha256(f"{settings}\0{text}".encode()).hexdigest()
 
 
@@ -87,10 +91,10 @@ def chunk_document(doc: SourceDocument, chunk_tokens: int, chunk_overlap: int, d
         digest: The document's `document_digest` under these settings, when already computed.
     """
     digest = digest or document_digest(doc.text, chunk_tokens, chunk_overlap)
-    chunks = chunk_text(doc.text, chunk_tokens, chunk_overlap)
-    ids = tuple(f"{digest[:16]}-{i}" for i in range(len(chunks)))
-    metadatas = [{"source": doc.source, "title": doc.title} for _ in chunks]
-    return ChunkedDocument(DocumentEntry(doc.source, digest, ids), chunks, metadatas)
+    pieces = chunk_sections(sections(doc.text), chunk_tokens, chunk_overlap)
+    ids = tuple(f"{digest[:16]}-{i}" for i in range(len(pieces)))
+    metadatas = [{"source": doc.source, "title": title or doc.title} for title, _ in pieces]
+    return ChunkedDocument(DocumentEntry(doc.source, digest, ids), [text for _, text in pieces], metadatas)
 
 
 def stream_index(
@@ -255,6 +259,8 @@ def default_index_dir(embedder: str | None = None) -> Path:
     embedders does not rebuild the index each time.
     """
     name = f"python-reference-{sys.version_info.major}.{sys.version_info.minor}"
+    if CHUNKER > 1:  # another chunker's chunks: a folder of their own, built once like the first
+        name += f"-c{CHUNKER}"
     spec = (Settings().embedder if embedder is None else embedder).strip()
     if spec not in ("", DEFAULT_SPEC):
         name += "-" + re.sub(r"[^A-Za-z0-9.]+", "-", spec).strip("-")[-60:]

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from fastcrag.retrieval.text import clean_text, strip_markup
+from fastcrag.retrieval.text import clean_text
 
 log = logging.getLogger(__name__)
 
@@ -41,14 +41,43 @@ def _read_text(path: Path) -> str:
         return data.decode("utf-8", errors="replace")
 
 
+_BLOCK_TAGS = ["p", "div", "li", "dd", "dt", "blockquote", "section", "article", "main", "br", "tr", "ul", "ol", "dl"]
+
+
 def _html(path: Path) -> str:
+    """An HTML page as text that keeps its structure: `#` headings, pipe tables, fenced code, paragraphs."""
     from bs4 import BeautifulSoup  # heavy (about 0.1 s): loaded only when an HTML file is read
 
     soup = BeautifulSoup(_read_text(path), "html.parser")
     # page furniture is not content: navigation, headers and footers, sidebars, forms
-    for tag in soup(["script", "style", "noscript", "template", "nav", "header", "footer", "aside", "form", "button"]):
+    for tag in soup(
+        ["head", "script", "style", "noscript", "template", "nav", "header", "footer", "aside", "form", "button"]
+    ):
         tag.decompose()
-    return str(soup.get_text("\n"))
+    for pre in soup("pre"):
+        pre.replace_with(f"\n\n```\n{pre.get_text().strip(chr(10))}\n```\n\n")
+    for table in soup("table"):
+        rows = [
+            [" ".join(cell.get_text(" ").split()).replace("|", "/") for cell in tr(["th", "td"])] for tr in table("tr")
+        ]
+        rows = [r for r in rows if any(r)]
+        if not rows:
+            table.decompose()
+            continue
+        width = max(len(r) for r in rows)
+        lines = ["| " + " | ".join(r + [""] * (width - len(r))) + " |" for r in rows]
+        lines.insert(1, "|" + "---|" * width)
+        table.replace_with("\n\n" + "\n".join(lines) + "\n\n")
+    for level in range(1, 7):
+        for heading in soup(f"h{level}"):
+            text = " ".join(heading.get_text(" ").split()).rstrip("¶#").strip()
+            heading.replace_with(f"\n\n{'#' * level} {text}\n\n" if text else "")
+    for tag in soup(_BLOCK_TAGS):
+        tag.insert_before("\n\n" if tag.name not in ("li", "dt", "br", "tr") else "\n")
+        if tag.name == "li":
+            tag.insert(0, "* ")
+        tag.insert_after("\n\n" if tag.name != "br" else "\n")
+    return str(soup.get_text(""))
 
 
 def _pdf(path: Path) -> str:
@@ -75,11 +104,6 @@ def _beir(path: Path) -> Iterator[SourceDocument]:
             yield SourceDocument(f"{path.name}#{doc_id}", title, f"{title}\n\n{text}" if title else text)
 
 
-def clean(text: str) -> str:
-    """What every loader does to a document's text before chunking: `clean_text`, then `strip_markup`."""
-    return strip_markup(clean_text(text))
-
-
 def iter_files(paths: list[Path]) -> Iterator[Path]:
     """Every supported file under the given files and folders, in a stable order."""
     for path in paths:
@@ -101,14 +125,14 @@ def load_documents(paths: list[Path]) -> Iterator[SourceDocument]:
         if suffix in (".jsonl", ".jsonl.gz"):
             for doc in _beir(path):
                 if doc.text.strip():
-                    yield SourceDocument(doc.source, doc.title, clean(doc.text))
+                    yield SourceDocument(doc.source, doc.title, clean_text(doc.text))
             continue
         try:
             text = _html(path) if suffix in HTML_SUFFIXES else _pdf(path) if suffix == ".pdf" else _read_text(path)
         except Exception as exc:  # a damaged file must not stop the whole build
             log.warning("%s could not be read (%s: %s); skipped", path, type(exc).__name__, exc)
             continue
-        text = clean(text)
+        text = clean_text(text)
         if not text.strip():
             log.warning("%s is empty; skipped", path)
             continue
@@ -120,6 +144,6 @@ def python_reference() -> Iterator[SourceDocument]:
     from pydoc_data.topics import topics  # a megabyte of text, read only to build the default index
 
     for name in sorted(topics):
-        text = clean(topics[name])
+        text = clean_text(topics[name])
         if text.strip():
             yield SourceDocument(f"pydoc:{name}", name, text)

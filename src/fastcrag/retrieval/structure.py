@@ -22,11 +22,13 @@ _NOTE = re.compile(
     r"added in version\b|deprecated since\b|deprecated in version\b|cpython implementation detail\b)",
     re.IGNORECASE,
 )
+_ROW = re.compile(r"^[^:;\s]+(?: [^:;\s]+){0,2}: [^;\n]*(?:; [^:;\s]+(?: [^:;\s]+){0,2}: [^;\n]*)+$")
+"""A table row as the index writes it (`Header: cell; Header: cell`; `fastcrag.retrieval.blocks`)."""
 _KEYWORDS = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist)
 _KEYWORD_RUN = 6
 """Consecutive language keywords that make a keyword list, not prose (prose rarely strings six together)."""
 _LABEL = re.compile(r"^[\s*]*(?:note|warning|caution)[ \t]*:\s*", re.IGNORECASE)
-_CODE = re.compile(r"^\s*(?:>>>|\.\.\.\s|\$ )")
+_CODE = re.compile(r"^\s*(?:>>>|\.\.\.\s|\$ |```)")
 
 _PLAIN = re.compile(r"[a-z][a-z'-]*[,;:]?")
 """A lower-case prose word: grammar symbols carry underscores, quotes or brackets, or stand alone."""
@@ -58,7 +60,8 @@ def fragment(text: str) -> str | None:
     if "::=" in head:
         return "grammar"
     bare = _QUOTED_MARK.sub(" ", head)
-    if _GRID.search(bare) or _PIPE_ROW.search(bare) or bare.count("|") >= 3 or _SIMPLE_RULE.search(bare):
+    grid = _GRID.search(bare) or _PIPE_ROW.search(bare) or bare.count("|") >= 3 or _SIMPLE_RULE.search(bare)
+    if grid or _ROW.match(" ".join(text.split())):
         return "table"
     run = 0
     for word in re.findall(r"\S+", head):

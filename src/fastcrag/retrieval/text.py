@@ -100,8 +100,59 @@ def normalise(text: str) -> str:
     return " ".join(text.casefold().split())
 
 
+_FENCED = re.compile(r"```.*?```", re.DOTALL)
+_TITLE_MAX_WORDS = 32
+"""A chunk's first line is its title when it stands alone, has no sentence end and at most this many words."""
+
+
 def split_sentences(text: str) -> list[str]:
-    """Split text into sentence strips; blank lines and line-broken blocks also separate strips."""
+    """Split text into sentence strips; blank lines and line-broken blocks also separate strips.
+
+    A fenced code block (```) is one strip, whatever blank lines it holds.
+    """
+    strips: list[str] = []
+    start = 0
+    for match in _FENCED.finditer(text):
+        strips.extend(_prose_strips(text[start : match.start()]))
+        strips.append(" ".join(match.group().split()))
+        start = match.end()
+    return strips + _prose_strips(text[start:])
+
+
+CONTINUED = " (continued)"
+"""Marks the title of a chunk that continues its section (the section's lead is in an earlier chunk)."""
+
+
+def titled(title: str, body: str, continued: bool = False) -> str:
+    """A chunk's text: its title on a line of its own, a blank line, then its body (the body alone untitled)."""
+    return f"{title}{CONTINUED if continued else ''}\n\n{body}" if title else body
+
+
+def opens_section(text: str) -> bool | None:
+    """Whether a titled chunk opens its section (None for a chunk without a title)."""
+    title = split_title(text)[0]
+    return not title.endswith(CONTINUED) if title else None
+
+
+def split_title(text: str) -> tuple[str, str]:
+    """A chunk's title line and its body (`fastcrag.retrieval.blocks.titled`); ("", text) when it has no title.
+
+    The title is a first paragraph of one line, with no sentence end and at most `_TITLE_MAX_WORDS` words.
+    """
+    head, sep, body = text.lstrip().partition("\n\n")
+    words = head.split()
+    if sep and 0 < len(words) <= _TITLE_MAX_WORDS and "\n" not in head.strip():
+        if not head.rstrip().endswith((".", "!", "?", ":", ";", "```")):
+            return head.strip(), body
+    return "", text
+
+
+def body_sentences(text: str) -> list[str]:
+    """A chunk's sentence strips without its title line."""
+    return split_sentences(split_title(text)[1])
+
+
+def _prose_strips(text: str) -> list[str]:
     strips: list[str] = []
     for block in re.split(r"\n\s*\n", text):
         block = " ".join(block.split())
@@ -143,7 +194,7 @@ def count_tokens(texts: list[str]) -> list[int]:
     return [len(e.ids) for e in encodings]
 
 
-def _split_long(sentence: str, size: int) -> list[str]:
+def split_long(sentence: str, size: int) -> list[str]:
     """Cut one over-long sentence into windows of at most `size` tokens, at token boundaries."""
     encoding = default_tokenizer().encode(sentence, add_special_tokens=False)
     offsets = encoding.offsets
@@ -165,7 +216,7 @@ def chunk_text(text: str, size: int = 128, overlap: int = 24) -> list[str]:
     sentences: list[str] = []
     raw = split_sentences(text)
     for sentence, n in zip(raw, count_tokens(raw), strict=True):
-        sentences.extend(_split_long(sentence, size) if n > size else [sentence])
+        sentences.extend(split_long(sentence, size) if n > size else [sentence])
     counts = count_tokens(sentences)
     chunks: list[str] = []
     current: list[tuple[str, int]] = []

@@ -1,0 +1,180 @@
+"""Index-time structure: sections, titles, table rows, code blocks, and chunks that keep them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fastcrag.graph.nodes.retrieve import collapse_copies
+from fastcrag.graph.state import Candidate
+from fastcrag.retrieval.blocks import CODE, PROSE, TABLE, TITLE_JOINER, chunk_sections, sections
+from fastcrag.retrieval.loaders import load_documents
+from fastcrag.retrieval.structure import fragment
+from fastcrag.retrieval.text import body_sentences, opens_section, split_title
+
+RST = """The "frob" statement
+********************
+
+The "frob" statement turns widgets into gadgets. It is fast.
+
+   frob_stmt ::= "frob" expression
+
+Note:
+
+  Widgets must be dry.
+
+Options
+=======
+
++------------+-------------------+-------+
+| Option     | Meaning           | Notes |
+|============|===================|=======|
+| "-v"       | verbose output,   | (1)   |
+|            | twice as long     |       |
++------------+-------------------+-------+
+| "-q"       | quiet             |       |
++------------+-------------------+-------+
+
+It is equivalent to:
+
+   if widget:
+       gadget()
+
+object.__frob__(self)
+
+   Called to frob an object. It returns nothing.
+"""
+
+
+def _kinds(text: str) -> list[tuple[str, list[str]]]:
+    return [(s.title, [b.kind for b in s.blocks]) for s in sections(text)]
+
+
+def test_sections_read_headings_tables_grammar_notes_code_and_entries() -> None:
+    parts = sections(RST)
+    assert [s.title for s in parts] == [
+        'The "frob" statement',
+        f'The "frob" statement{TITLE_JOINER}Options',
+        f'The "frob" statement{TITLE_JOINER}Options{TITLE_JOINER}object.__frob__(self)',
+    ]
+    first, options, entry = parts
+    assert [b.kind for b in first.blocks] == [PROSE, CODE, PROSE]
+    assert first.blocks[0].text.startswith('The "frob" statement turns')  # the heading is not glued to it
+    assert first.blocks[1].text == '```\nfrob_stmt ::= "frob" expression\n```'
+    assert first.blocks[2].text == "Note: Widgets must be dry."  # the label and its text are one block
+    rows = [b.text for b in options.blocks if b.kind == TABLE]
+    assert rows == ['Option: "-v"; Meaning: verbose output, twice as long; Notes: (1)', 'Option: "-q"; Meaning: quiet']
+    assert options.blocks[-1] == options.blocks[-1].__class__(CODE, "```\nif widget:\n    gadget()\n```")
+    assert [b.text for b in entry.blocks] == ["Called to frob an object. It returns nothing."]
+
+
+def test_markdown_headings_pipe_and_simple_tables_and_fences() -> None:
+    text = (
+        "# Tool\n\nThe tool cuts.\n\n## Flags\n\n| Flag | Use |\n|---|---|\n| -a | all |\n\n"
+        "```\nrun --all\n\nrun -a\n```\n\n"
+        "=====  =======\nName   Value\n=====  =======\nx      1\ny      2\n=====  =======\n"
+    )
+    parts = sections(text)
+    assert [s.title for s in parts] == ["Tool", f"Tool{TITLE_JOINER}Flags"]
+    flags = parts[1].blocks
+    assert [(b.kind, b.text) for b in flags] == [
+        (TABLE, "Flag: -a; Use: all"),
+        (CODE, "```\nrun --all\n\nrun -a\n```"),
+        (TABLE, "Name: x; Value: 1"),
+        (TABLE, "Name: y; Value: 2"),
+    ]
+
+
+def test_prose_without_structure_chunks_as_before() -> None:
+    """Running text (SQuAD paragraphs, abstracts) gets no title and is packed sentence by sentence as ever."""
+    text = " ".join(f"Sentence number {i} says a thing about widgets." for i in range(40))
+    chunks = chunk_sections(sections(text), 64, 12)
+    assert len(chunks) > 2 and all(title == "" for title, _ in chunks)
+    assert all(split_title(body) == ("", body) for _, body in chunks)
+    assert chunks[1][1].startswith("Sentence number")  # overlap carries whole sentences
+
+
+def test_chunks_keep_titles_rows_apart_and_code_whole() -> None:
+    rows = "\n".join(f"| op{i} | does thing {i} to the widget |" for i in range(30))
+    text = (
+        "Widgets\n=======\n\nWidgets are small. " + "They are useful. " * 20 + "\n\n| Op | Effect |\n|---|---|\n" + rows
+    )
+    text += "\n\nMore prose follows the table.\n\n```\ndef f():\n    return 1\n```\n"
+    chunks = chunk_sections(sections(text), 64, 12)
+    titles = [split_title(body)[0] for _, body in chunks]
+    assert titles[0] == "Widgets" and all(t == "Widgets (continued)" for t in titles[1:])
+    assert opens_section(chunks[0][1]) is True and opens_section(chunks[1][1]) is False
+    for _, body in chunks:
+        kinds = {fragment(s) == "table" for s in body_sentences(body)}
+        assert len(kinds) == 1, body  # a chunk holds table rows or prose, never both
+    assert any("```\ndef f():\n    return 1\n```" in body for _, body in chunks)
+    assert all(body.count("```") % 2 == 0 for _, body in chunks)
+
+
+def test_a_long_code_block_is_cut_between_lines_into_fenced_pieces() -> None:
+    code = "\n".join(f"value_{i} = compute_something({i}, other_argument)" for i in range(60))
+    chunks = chunk_sections(sections(f"```\n{code}\n```\n"), 64, 12)
+    assert len(chunks) > 2
+    pieces = [body for _, body in chunks]
+    assert all(p.startswith("```\n") and p.endswith("\n```") for p in pieces)
+    assert "\n".join(p[4:-4] for p in pieces) == code
+
+
+def test_html_keeps_headings_tables_code_and_lists(tmp_path: Path) -> None:
+    html = (
+        "<html><head><title>T</title></head><body><nav>menu</nav><h1>frob(1)</h1><h2>NAME</h2>"
+        "<p>frob - turn <code>widgets</code> into gadgets.</p><table><tr><th>Option</th><th>Meaning</th></tr>"
+        "<tr><td>-v</td><td>verbose</td></tr></table><pre>frob -v x\n  done</pre><ul><li>one</li><li>two</li></ul>"
+        "</body></html>"
+    )
+    (tmp_path / "frob.html").write_text(html)
+    (doc,) = load_documents([tmp_path])
+    parts = sections(doc.text)
+    assert [s.title for s in parts] == [f"frob(1){TITLE_JOINER}NAME"]
+    assert [(b.kind, b.text) for b in parts[0].blocks] == [
+        (PROSE, "frob - turn widgets into gadgets."),
+        (TABLE, "Option: -v; Meaning: verbose"),
+        (CODE, "```\nfrob -v x\n  done\n```"),
+        (PROSE, "* one"),
+        (PROSE, "* two"),
+    ]
+    assert "menu" not in doc.text and "T" not in doc.text.split()
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        ('Operation: "s[i] = x"; Result: item i of s is replaced by x', "table"),
+        ("Option: -v; Meaning: verbose output; Notes: (1)", "table"),
+        ("The value of the widget is: three; the other one is: four.", None),
+        ("Widgets are small; gadgets are large: both are useful.", None),
+    ],
+)
+def test_a_table_row_is_a_fragment(text: str, kind: str | None) -> None:
+    assert fragment(text) == kind
+
+
+def test_a_title_line_is_not_a_sentence_and_a_sentence_is_not_a_title() -> None:
+    assert body_sentences(f"Widgets{TITLE_JOINER}Flags\n\nFlags change things. They are optional.") == [
+        "Flags change things.",
+        "They are optional.",
+    ]
+    assert body_sentences("Flags change things.\n\nThey are optional.")[0] == "Flags change things."
+    assert split_title("```\ncode\n```\n\nProse.") == ("", "```\ncode\n```\n\nProse.")
+
+
+def test_copies_take_one_candidate_slot_and_name_every_source() -> None:
+    def cand(cid: str, source: str, text: str) -> Candidate:
+        return {"chunk_id": cid, "source": source, "text": text, "score": 0.0}
+
+    out = collapse_copies(
+        [
+            cand("a", "p:one", f"Seq{TITLE_JOINER}Ops\n\nThe same  text."),
+            cand("b", "p:two", f"Mutable{TITLE_JOINER}Ops\n\nthe same text."),
+            cand("c", "p:three", "Other text."),
+            cand("d", "p:two", f"Seq{TITLE_JOINER}Ops\n\nThe same text."),
+        ]
+    )
+    assert [c["chunk_id"] for c in out] == ["a", "c"]
+    assert out[0]["copies"] == ["p:two"] and "copies" not in out[1]
