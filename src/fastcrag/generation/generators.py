@@ -15,7 +15,7 @@ from fastcrag.generation import prompts
 from fastcrag.grading.reader import Span, is_reader
 from fastcrag.grading.reranker import Reranker, checked_scores
 from fastcrag.retrieval.structure import prose, without_label
-from fastcrag.retrieval.text import split_sentences
+from fastcrag.retrieval.text import body_sentences, opens_section, split_sentences, split_title
 
 Schema = TypeVar("Schema", bound=BaseModel)
 
@@ -211,34 +211,57 @@ class ExtractiveGenerator:
                 return Answer(best[1], [best[2]])
             found = first_prose(passages, _reading_order(passages, best[2]))
             return Answer(found[0], [found[1]]) if found else Answer(best[1], [best[2]])
-        # the best passage's best sentences, in the order the passage gives them
-        chosen = _best_of(strips, best[2])
+        return self._explain(strips, passages)
+
+    def _explain(self, strips: list[tuple[float, str, int, int]], passages: Sequence[Mapping[str, Any]]) -> Answer:
+        """The best-graded chunk's lead and best sentences, in its order; never a fragment first."""
+        anchor = _anchor(passages)
+        best = max((t for t in strips if t[2] in anchor), key=lambda t: t[0], default=max(strips, key=lambda t: t[0]))
+        chosen = _best_of(strips, anchor if best[2] in anchor else {best[2]})
+        if _reads_as_prose(chosen[0][1]):  # code, rows and notes do not support it either
+            chosen = [chosen[0], *(t for t in chosen[1:] if _reads_as_prose(t[1]))]
+        used = sorted({t[2] for t in chosen})
         if _reads_as_prose(chosen[0][1]):
-            return Answer(" ".join(t[1] for t in chosen), [best[2]])
+            lead = first_prose(passages, sorted(anchor)) if _opens_section(passages[min(anchor)]) else None
+            texts = [t[1] for t in chosen]
+            if lead is None or any(lead[0] in t for t in texts):
+                return Answer(" ".join(texts), used)
+            return self._led(lead, sorted(chosen, key=lambda t: t[0], reverse=True), [])
         # a fragment would open the answer: the page's lead instead, then its passage's best prose sentences
         found = first_prose(passages, _reading_order(passages, best[2], page_first=True))
         if found is None:
-            return Answer(" ".join(t[1] for t in chosen), [best[2]])
-        lead, index, position = found
+            return Answer(" ".join(t[1] for t in chosen), used)
+        _, index, position = found
         support = [
             (score, text, i, k)
             for score, sentence, i, k in strips
             if i == index and k > position and (text := prose(sentence)) is not None
         ]
-        rest = _best_of(support, index, EXPLAIN_SENTENCES - 1, EXPLAIN_WORDS - len(lead.split()), first=False)
-        texts, used = [lead, *(t[1] for t in rest)], [index]
-        words = sum(len(t.split()) for t in texts)
-        for t in chosen if index != best[2] else []:  # where room is left, the best passage's sentences support it
+        rest = _best_of(support, {index}, EXPLAIN_SENTENCES - 1, EXPLAIN_WORDS - len(found[0].split()), first=False)
+        return self._led(found, [*rest, *(t for t in chosen if t[2] != index)], [index])
+
+    @staticmethod
+    def _led(lead: tuple[str, int, int], support: Sequence[tuple[float, str, int, int]], used: list[int]) -> Answer:
+        """`lead`, then the `support` sentences that are prose and fit the explain limits, in their reading order.
+
+        `support` comes best first: the best are kept when not all fit.
+        """
+        texts, kept = [lead[0]], []
+        words = len(lead[0].split())
+        for t in support:
             text = prose(without_label(t[1]))
-            if text is None or text in texts:
+            if text is None or text in texts or lead[0] in text:
                 continue
             n = len(text.split())
             if len(texts) >= EXPLAIN_SENTENCES or words + n > EXPLAIN_WORDS:
                 break
             texts.append(text)
+            kept.append((t[2], t[3], text))
             words += n
-            used += [best[2]] if best[2] not in used else []
-        return Answer(" ".join(texts), used)
+        kept.sort()
+        used = [lead[1], *(i for i in used if i != lead[1])]
+        used += [i for i, _, _ in kept if i not in used]
+        return Answer(" ".join([lead[0], *(text for _, _, text in kept)]), used)
 
     def _sentences(self, question: str, passages: Sequence[Mapping[str, Any]]) -> list[tuple[float, str, int, int]]:
         """(score, sentence, passage index, position) of every sentence that says something.
@@ -259,7 +282,7 @@ class ExtractiveGenerator:
         return strips
 
     def _read(self, question: str, passages: Sequence[Mapping[str, Any]], threshold: float) -> Answer:
-        texts = [str(p["text"]) for p in passages]
+        texts = [split_title(str(p["text"]))[1] for p in passages]  # a title line is no answer
         spans = self.reranker.read(question, texts)  # type: ignore[attr-defined]
         found = [(s, i) for i, s in enumerate(spans) if isinstance(s, Span) and s.text.strip()]
         if not found:
@@ -313,7 +336,8 @@ def answer_with_sentence(span: Span, passage: str) -> str:
 
 def span_sentence(span: Span, passage: str) -> tuple[str, str | None]:
     """The answer phrase and the passage sentence it stands in (None when there is none, or it is the phrase)."""
-    phrase = " ".join(span.text.split()).strip(" ,;:")
+    part = next((p for p in span.text.split("\n\n") if p.strip()), span.text)  # a span never crosses a paragraph
+    phrase = " ".join(part.split()).strip(" ,;:")
     sentences = split_sentences(passage)
     # Sentence strips are whitespace-normalised: locate the span by its offset in the normalised passage.
     offset = len(" ".join(passage[: span.start].split()))
@@ -344,7 +368,7 @@ def passage_sentences(passage: Mapping[str, Any]) -> list[str]:
     """The sentences of a passage that say something, in its order (a refined strip is one sentence)."""
     if passage.get("strip"):
         return [] if is_reference_line(str(passage["text"])) else [str(passage["text"])]
-    return [s for s in split_sentences(str(passage["text"])) if not is_reference_line(s)]
+    return [s for s in body_sentences(str(passage["text"])) if not is_reference_line(s)]
 
 
 def first_prose(passages: Sequence[Mapping[str, Any]], order: Sequence[int]) -> tuple[str, int, int] | None:
@@ -363,6 +387,20 @@ def _chunk_number(passage: Mapping[str, Any]) -> int:
     return int(tail) if tail.isdigit() else 1 << 30
 
 
+def _anchor(passages: Sequence[Mapping[str, Any]]) -> set[int]:
+    """The passages of the best-graded chunk (the first passage's; refined strips of one chunk share its id)."""
+    first = passages[0].get("chunk_id")
+    return {i for i, p in enumerate(passages) if first is not None and p.get("chunk_id") == first} or {0}
+
+
+def _opens_section(passage: Mapping[str, Any]) -> bool:
+    """Whether a passage is a titled chunk that opens its section, or a section's lead strip.
+
+    An untitled chunk has no section: its first sentence is no lead (a paragraph of running text opens anywhere).
+    """
+    return bool(passage.get("lead")) if passage.get("strip") else bool(opens_section(str(passage.get("text") or "")))
+
+
 def _reading_order(passages: Sequence[Mapping[str, Any]], start: int, *, page_first: bool = False) -> list[int]:
     """Passage indices to look for prose in: `start`, then the others in rank order.
 
@@ -377,22 +415,22 @@ def _reading_order(passages: Sequence[Mapping[str, Any]], start: int, *, page_fi
 
 def _best_of(
     strips: Sequence[tuple[float, str, int, int]],
-    index: int,
+    indices: set[int],
     count: int = EXPLAIN_SENTENCES,
     words: int = EXPLAIN_WORDS,
     *,
     first: bool = True,
 ) -> list[tuple[float, str, int, int]]:
-    """Passage `index`'s best-scoring sentences in the passage's order: at most `count` and `words` words.
+    """The best-scoring sentences of the passages `indices`, in reading order: at most `count` and `words` words.
 
     With `first`, the best sentence is taken whatever its length.
     """
     chosen: list[tuple[float, str, int, int]] = []
     total = 0
-    for t in sorted((t for t in strips if t[2] == index), key=lambda t: t[0], reverse=True)[:count]:
+    for t in sorted((t for t in strips if t[2] in indices), key=lambda t: t[0], reverse=True)[:count]:
         n = len(t[1].split())
         if (chosen or not first) and total + n > words:
             break
         chosen.append(t)
         total += n
-    return sorted(chosen, key=lambda t: t[3])
+    return sorted(chosen, key=lambda t: (t[2], t[3]))

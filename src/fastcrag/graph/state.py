@@ -29,6 +29,8 @@ class Candidate(TypedDict):
     """Grading stopped before this chunk (`FASTRAG_GRADE_BATCH`): it never reaches the generator."""
     unmet: NotRequired[list[str]]
     """Conditions the question names (a year, an edition) that the chunk states in no form: it was scored down."""
+    copies: NotRequired[list[str]]
+    """Other sources of the same text (a page repeated in the corpus): one candidate stands for all of them."""
 
 
 class Passage(TypedDict, total=False):
@@ -44,6 +46,8 @@ class Passage(TypedDict, total=False):
     """The grader's score of this text."""
     strip: bool
     """True for a sentence strip kept by `refine`."""
+    lead: bool
+    """True for a strip that is its section's first sentence (its lead, where a definition stands)."""
 
 
 class Citation(TypedDict):

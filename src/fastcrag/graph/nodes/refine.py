@@ -9,7 +9,7 @@ from fastcrag.grading.reranker import checked_scores
 from fastcrag.graph.nodes import Node
 from fastcrag.graph.nodes.stage import Run, stage
 from fastcrag.graph.state import Passage, State
-from fastcrag.retrieval.text import count_tokens, split_sentences
+from fastcrag.retrieval.text import body_sentences, count_tokens, opens_section, split_title, titled
 
 
 def refine(state: State, run: Run) -> dict[str, Any]:
@@ -22,24 +22,23 @@ def refine(state: State, run: Run) -> dict[str, Any]:
         {"chunk_id": c["chunk_id"], "source": c["source"], "text": c["text"], "score": c["score"]}
         for c in usable[: 2 * cfg.top_n]
     ]
-    strips = [(s, c) for c in chunks for s in split_sentences(c["text"])]
+    strips = [(s, c) for c in chunks for s in body_sentences(c["text"])]
+    leads = {id(c): body[0] for c in chunks if opens_section(c["text"]) and (body := body_sentences(c["text"]))}
     try:
-        scores = checked_scores(run.parts.reranker(), str(state["question"]), [s for s, _ in strips])
+        # a strip is read under its chunk's title, as the chunk was
+        read = [titled(split_title(c["text"])[0], s) for s, c in strips]
+        scores = checked_scores(run.parts.reranker(), str(state["question"]), read)
     except Exception as exc:
         return update | {"failure": f"refinement failed: {exc}", "strips_kept": 0}
-    kept = sorted(
-        ((score, s, c) for score, (s, c) in zip(scores, strips, strict=True) if score >= cfg.reranker_threshold),
-        key=lambda t: t[0],
-        reverse=True,
-    )
+    # Recomposed in reading order: the best-graded chunk's strips first, each chunk's in the order it gives them.
+    kept = [(score, s, c) for score, (s, c) in zip(scores, strips, strict=True) if score >= cfg.reranker_threshold]
     lengths = count_tokens([s for _, s, _ in kept])
     context: list[Passage] = []
     whole: set[str] = set()
     for (score, strip, chunk), n in zip(kept, lengths, strict=True):
         if n >= cfg.crag_strip_min_tokens:
-            context.append(
-                {"chunk_id": chunk["chunk_id"], "source": chunk["source"], "text": strip, "score": score, "strip": True}
-            )
+            passage: Passage = {"chunk_id": chunk["chunk_id"], "source": chunk["source"], "text": strip, "score": score}
+            context.append(passage | {"strip": True, "lead": leads.get(id(chunk)) == strip})
         elif chunk["chunk_id"] not in whole:  # too short to stand alone: its chunk stands in
             whole.add(chunk["chunk_id"])
             context.append({**chunk, "score": score})

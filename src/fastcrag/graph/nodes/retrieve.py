@@ -7,6 +7,7 @@ starts the question; `retrieve` itself only searches, grades and orders.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from langgraph.runtime import Runtime
@@ -20,12 +21,29 @@ from fastcrag.graph.nodes import Node
 from fastcrag.graph.nodes.stage import Run, stage
 from fastcrag.graph.state import Candidate, State
 from fastcrag.retrieval.hybrid import HybridRetriever, Mode, chunk_key, fused_order
+from fastcrag.retrieval.text import normalise, split_title
 
 
 def _candidate(doc: Any) -> Candidate:
     meta = doc.metadata or {}
     text = str(doc.page_content)
     return {"chunk_id": chunk_key(text, meta), "source": str(meta.get("source", "")), "text": text, "score": 0.0}
+
+
+def collapse_copies(candidates: Iterable[Candidate]) -> list[Candidate]:
+    """One candidate per text, so copies of a page never take the grader's slots.
+
+    A copy of an earlier candidate's body (the same words under any title) is dropped, and its source is listed in
+    the earlier one's `copies`.
+    """
+    kept: dict[str, Candidate] = {}
+    for c in candidates:
+        key = normalise(split_title(c["text"])[1])
+        if key not in kept:
+            kept[key] = c
+        elif c["source"] != kept[key]["source"] and c["source"] not in kept[key].get("copies", []):
+            kept[key].setdefault("copies", []).append(c["source"])
+    return list(kept.values())
 
 
 def retrieve(state: State, run: Run) -> dict[str, Any]:
@@ -53,7 +71,7 @@ def retrieve(state: State, run: Run) -> dict[str, Any]:
             depth = len(docs)
     except Exception as exc:  # a retriever failure abstains with the reason in the trace
         return update | {"failure": f"retriever raised {type(exc).__name__}: {exc}"}
-    fresh = [c for c in map(_candidate, docs) if c["chunk_id"] not in graded][:depth]
+    fresh = [c for c in collapse_copies(map(_candidate, docs)) if c["chunk_id"] not in graded][:depth]
     fetched = time.perf_counter()
     try:
         # Candidates are always graded against the user's question: a rewrite may widen recall,
