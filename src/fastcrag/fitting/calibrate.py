@@ -18,8 +18,9 @@ from fastcrag.grading.reader import is_reader
 from fastcrag.grading.reranker import Reranker, checked_scores
 from fastcrag.measures import auc
 from fastcrag.retrieval.embeddings import default_embeddings
+from fastcrag.retrieval.indexing import chunk_document
 from fastcrag.retrieval.store import FaissStore
-from fastcrag.retrieval.text import chunk_text, split_sentences
+from fastcrag.retrieval.text import split_sentences
 
 
 @dataclass(frozen=True)
@@ -46,9 +47,10 @@ def build_corpus_store(docs: list[Any], chunk_tokens: int, chunk_overlap: int) -
     embeddings = default_embeddings()
     texts, metas, ids = [], [], []
     for doc in docs:
-        for i, chunk in enumerate(chunk_text(doc.text, chunk_tokens, chunk_overlap)):
+        chunked = chunk_document(doc, chunk_tokens, chunk_overlap)
+        for i, (chunk, meta) in enumerate(zip(chunked.texts, chunked.metadatas, strict=True)):
             texts.append(chunk)
-            metas.append({"source": doc.source, "title": doc.title})
+            metas.append(meta)
             ids.append(f"{doc.source}-{i}")
     store = FaissStore(embeddings)
     store.add_vectors(texts, embeddings.encode(texts, show_progress_bar=False), metas, ids=ids)
