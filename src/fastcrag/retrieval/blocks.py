@@ -190,7 +190,7 @@ def _paragraph_blocks(lines: list[str]) -> list[Block]:
             flush()
         else:
             # an indented block under a paragraph line starts a block of its own
-            if para and line[:1].isspace() != para[-1][:1].isspace() and not para[-1][:1].isspace():
+            if para and line[:1].isspace() and not para[-1][:1].isspace():
                 lead = line[: len(line) - len(line.lstrip())]
                 if len(lead) >= 2 and (para[-1].rstrip().endswith(":") or ">>>" in line or "::=" in line):
                     flush()
