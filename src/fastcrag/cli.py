@@ -168,8 +168,8 @@ def parser() -> argparse.ArgumentParser:
         nargs="?",
         const="auto",
         metavar="ADDRESS",
-        help="build on Ray (the `ray` extra; needs --store): a cluster's address, or `auto` (the default) for a local "
-        "Ray runtime",
+        help="build on Ray (the `ray` extra; needs --store): a cluster's address, or `auto` (the default): RAY_ADDRESS "
+        "when set, else a local Ray runtime",
     )
     ix.add_argument("--quiet", action="store_true", help="no progress bar")
     ix.set_defaults(func=cmd_index)

@@ -103,7 +103,9 @@ def plan(resources: dict[str, float], settings: Settings) -> RayPlan:
 
 
 def start_ray(address: str, num_cpus: int | None = None) -> bool:
-    """Connect to the Ray cluster at `address`, or start a local runtime for `auto`; False when already connected.
+    """Connect to the Ray cluster at `address`; False when this process is connected already.
+
+    `auto` is the cluster `RAY_ADDRESS` names (as in a Ray job), else a new local runtime.
 
     Raises:
         RayBuildError: no `ray` extra, or no cluster answers at `address`.
@@ -113,8 +115,10 @@ def start_ray(address: str, num_cpus: int | None = None) -> bool:
         return False
     env = {"env_vars": {k: v for k, v in os.environ.items() if k in ("PYTHONPATH", "HF_HUB_OFFLINE")}}
     try:
-        if address == "auto":
+        if address == "auto" and not os.environ.get("RAY_ADDRESS"):
             ray.init(address="local", num_cpus=num_cpus, runtime_env=env, include_dashboard=False)
+        elif address == "auto":
+            ray.init(address=os.environ["RAY_ADDRESS"], runtime_env=env)
         else:
             ray.init(address=address, runtime_env=env)
     except (ConnectionError, RuntimeError, ValueError) as exc:
@@ -279,8 +283,8 @@ def ray_build_index(
         paths: Files and folders (readable at the same path on every node).
         url: The Postgres store.
         collection: The collection (created when missing; hidden from readers until its first build finishes).
-        address: A Ray cluster's address (`ray://head:10001`, `head:6379`), or `auto` for a local runtime (or the
-            runtime this process already runs).
+        address: A Ray cluster's address (`ray://head:10001`, `head:6379`), or `auto`: `RAY_ADDRESS` when set (a
+            Ray job), else a new local runtime; the runtime this process already runs, when it runs one.
         settings: The embedder, chunk settings and actor pools (`FASTRAG_*`); the environment's when None.
         batch_size: Chunks per forward pass in an embedding actor.
         progress: Show progress bars (Ray Data's per stage, and the chunks written).
