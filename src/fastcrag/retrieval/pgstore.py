@@ -735,6 +735,13 @@ def write_documents(
             "FOR UPDATE",
             (collection.id, sources),
         ).fetchall()
+        # Writers running at once (a Ray build's) hold the content hashes they add or drop until commit, so that a
+        # text moving from one source to another is never dropped by one while the other counts on its chunks.
+        conn.execute(
+            "SELECT pg_advisory_xact_lock(%s, k) FROM "
+            "(SELECT DISTINCT hashtext(h) AS k FROM unnest(%s::text[]) AS h ORDER BY k) AS keys",
+            (collection.id, sorted({d.digest for d in documents} | {str(h) for _, h, _ in old})),
+        )
         with conn.cursor() as cur:
             cur.executemany(
                 "INSERT INTO fastcrag_documents (collection_id, source, hash, chunk_ids, seen_run) "
