@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -59,6 +60,8 @@ EMBED_CPUS, LIGHT_CPUS = 0.8, 0.1
 READ_BLOCK_DOCS, BATCH_DOCS = 1000, 64
 #: Input bytes per shuffle partition when deduplicating (and the most partitions), and per block of documents.
 PARTITION_BYTES, MAX_PARTITIONS, BLOCK_BYTES = 256 * 2**20, 200, 16 * 2**20
+#: Seconds to wait for a Ray cluster's address to accept a connection.
+CONNECT_TIMEOUT_S = 10.0
 #: Blocks per embedding actor, at least, that the documents to embed are cut into (so every actor has work).
 BLOCKS_PER_ACTOR = 4
 #: The document counts of a build.
@@ -117,13 +120,30 @@ def start_ray(address: str, num_cpus: int | None = None) -> bool:
     try:
         if address == "auto" and not os.environ.get("RAY_ADDRESS"):
             ray.init(address="local", num_cpus=num_cpus, runtime_env=env, include_dashboard=False)
-        elif address == "auto":
-            ray.init(address=os.environ["RAY_ADDRESS"], runtime_env=env)
         else:
+            address = os.environ["RAY_ADDRESS"] if address == "auto" else address
+            _check_reachable(address)
             ray.init(address=address, runtime_env=env)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise RayBuildError(f"cannot reach the Ray cluster at {address!r}: {exc}") from None
     return True
+
+
+def _check_reachable(address: str) -> None:
+    """Fail fast when nothing listens at a `host:port` (or `ray://host:port`) address: Ray would wait for minutes.
+
+    Raises:
+        RayBuildError: the address has no port, or the connection is refused or times out.
+    """
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise RayBuildError(
+            f"--ray takes `auto` or a cluster's address (HOST:PORT or ray://HOST:PORT), not {address!r}"
+        )
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise RayBuildError(f"no Ray cluster answers at {address!r}: {exc}") from None
 
 
 # -- the stages (module functions and classes, so Ray ships them by reference) -------------------------------------
