@@ -92,7 +92,7 @@ def test_ray_needs_a_postgres_store(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 
 def test_an_address_without_a_cluster_fails_fast() -> None:
-    with pytest.raises(raybuild.RayBuildError, match="no Ray cluster answers at '127.0.0.1:1'"):
+    with pytest.raises(raybuild.RayBuildError, match=r"no Ray cluster answers at '127\.0\.0\.1:1'"):
         raybuild._check_reachable("127.0.0.1:1")
     with pytest.raises(raybuild.RayBuildError, match="HOST:PORT"):
         raybuild._check_reachable("somewhere")
