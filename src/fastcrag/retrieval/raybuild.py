@@ -116,14 +116,20 @@ def start_ray(address: str, num_cpus: int | None = None) -> bool:
     ray = _ray()
     if ray.is_initialized():
         return False
-    env = {"env_vars": {k: v for k, v in os.environ.items() if k in ("PYTHONPATH", "HF_HUB_OFFLINE")}}
+    if address != "auto":
+        _check_reachable(address)
     try:
         if address == "auto" and not os.environ.get("RAY_ADDRESS"):
+            # local workers import what this process imports: its PYTHONPATH, made absolute
+            path = os.pathsep.join(
+                str(Path(p).resolve()) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p
+            )
+            env = {"env_vars": {"PYTHONPATH": path}} if path else None
             ray.init(address="local", num_cpus=num_cpus, runtime_env=env, include_dashboard=False)
+        elif address == "auto":
+            ray.init()  # the cluster RAY_ADDRESS names; its nodes run their own installation
         else:
-            address = os.environ["RAY_ADDRESS"] if address == "auto" else address
-            _check_reachable(address)
-            ray.init(address=address, runtime_env=env)
+            ray.init(address=address)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise RayBuildError(f"cannot reach the Ray cluster at {address!r}: {exc}") from None
     return True
