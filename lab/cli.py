@@ -118,6 +118,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
 
 def parser() -> argparse.ArgumentParser:
     """The argument parser."""
+    from lab.benchmarks.bench_ray import add_commands as add_bench_ray
     from lab.benchmarks.bench_speed import add_commands as add_bench_speed
     from lab.benchmarks.bench_store import add_commands as add_bench_store
     from lab.training.cli import add_commands as add_training
@@ -129,6 +130,7 @@ def parser() -> argparse.ArgumentParser:
     add_training(sub)
     add_bench_store(sub)
     add_bench_speed(sub)
+    add_bench_ray(sub)
     return p
 
 

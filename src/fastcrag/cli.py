@@ -57,7 +57,17 @@ def cmd_index(args: argparse.Namespace) -> int:
     for p in paths:
         if not p.exists():
             raise UserError(f"no such file or folder: {p}")
-    if store:
+    if args.ray is not None:
+        if not store:
+            raise UserError("--ray builds into a Postgres store: give --store URL (or FASTRAG_STORE)")
+        from fastcrag.retrieval.raybuild import ray_build_index
+
+        collection = args.collection or settings.collection
+        target = f"{redact_url(store)} collection {collection!r} (Ray)"
+        report = ray_build_index(
+            paths, store, collection, address=args.ray, settings=settings, progress=not args.quiet, prune=args.prune
+        )
+    elif store:
         from fastcrag.retrieval.embeddings import default_embeddings
         from fastcrag.retrieval.pgstore import build_pg_index
 
@@ -153,6 +163,14 @@ def parser() -> argparse.ArgumentParser:
     ix.add_argument("--store", help="Postgres URL to index into instead of a folder (default: FASTRAG_STORE)")
     ix.add_argument("--collection", help="collection (index name) in the Postgres store (default: FASTRAG_COLLECTION)")
     ix.add_argument("--prune", action="store_true", help="remove documents whose source is not among PATHS")
+    ix.add_argument(
+        "--ray",
+        nargs="?",
+        const="auto",
+        metavar="ADDRESS",
+        help="build on Ray (the `ray` extra; needs --store): a cluster's address, or `auto` (the default): RAY_ADDRESS "
+        "when set, else a local Ray runtime",
+    )
     ix.add_argument("--quiet", action="store_true", help="no progress bar")
     ix.set_defaults(func=cmd_index)
 

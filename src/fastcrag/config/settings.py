@@ -114,6 +114,19 @@ class Settings(BaseSettings):
     top_n: TopN = 3
     chunk_tokens: int = Field(128, ge=16, le=512, description="Chunk size in embedder tokens.")
     chunk_overlap: int = Field(24, ge=0, le=256, description="Token overlap between consecutive chunks.")
+    ray_embed_actors: int = Field(
+        0,
+        ge=0,
+        le=10000,
+        description="`fastcrag index --ray`: embedding actors (one model load each); 0: one per GPU when the Ray "
+        "cluster has GPUs (ray_num_gpus each), else one per CPU.",
+    )
+    ray_num_gpus: float = Field(
+        1.0, gt=0, le=8, description="`fastcrag index --ray`: GPUs each embedding actor takes on a cluster with GPUs."
+    )
+    ray_writers: int = Field(
+        2, ge=1, le=256, description="`fastcrag index --ray`: concurrent Postgres writers (one connection each)."
+    )
     abstain_message: Message = "I don't know."
     max_question_chars: int = Field(4000, ge=1, description="Longer questions are refused (abstain).")
     llm_timeout_s: float = Field(120.0, gt=0, description="Limit for one chat-model call.")

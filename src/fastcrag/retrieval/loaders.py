@@ -1,4 +1,8 @@
-"""Document loaders: .txt, .md, .html, .pdf files and BEIR-style .jsonl / .jsonl.gz corpora."""
+"""Document loaders: .txt, .md, .html, .pdf files and BEIR-style corpora (.jsonl, .jsonl.gz, .parquet).
+
+`read_file` reads one file; `load_documents` reads files one after another, and the distributed build
+(`fastcrag.retrieval.raybuild`) calls `read_file` on many files at once, so both see the same documents.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from fastcrag.retrieval.text import clean_text
 
@@ -15,7 +20,10 @@ log = logging.getLogger(__name__)
 
 TEXT_SUFFIXES = {".txt", ".md", ".markdown", ".rst"}
 HTML_SUFFIXES = {".html", ".htm"}
-SUFFIXES = TEXT_SUFFIXES | HTML_SUFFIXES | {".pdf", ".jsonl", ".jsonl.gz"}
+CORPUS_SUFFIXES = {".jsonl", ".jsonl.gz", ".parquet"}
+SUFFIXES = TEXT_SUFFIXES | HTML_SUFFIXES | CORPUS_SUFFIXES | {".pdf"}
+#: Rows of a Parquet corpus read at a time.
+PARQUET_BATCH_ROWS = 4096
 
 
 @dataclass(frozen=True)
@@ -87,6 +95,17 @@ def _pdf(path: Path) -> str:
     return "\n\n".join(page.extract_text() or "" for page in reader.pages)
 
 
+def _beir_document(path: Path, row: Any) -> SourceDocument | None:
+    """One BEIR corpus row ({_id, title, text}) as a document; None when it is not one."""
+    try:
+        doc_id = str(row["_id"])
+    except (KeyError, TypeError):
+        return None
+    title = str(row.get("title") or "")
+    text = str(row.get("text") or "")
+    return SourceDocument(f"{path.name}#{doc_id}", title, f"{title}\n\n{text}" if title else text)
+
+
 def _beir(path: Path) -> Iterator[SourceDocument]:
     opener = gzip.open if path.name.lower().endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8", errors="replace") as fh:
@@ -94,14 +113,29 @@ def _beir(path: Path) -> Iterator[SourceDocument]:
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
-                doc_id = str(row["_id"])
-            except (ValueError, KeyError, TypeError):
+                doc = _beir_document(path, json.loads(line))
+            except ValueError:
+                doc = None
+            if doc is None:
                 log.warning("%s:%d is not a BEIR corpus line ({_id, title, text}); skipped", path, n)
                 continue
-            title = str(row.get("title") or "")
-            text = str(row.get("text") or "")
-            yield SourceDocument(f"{path.name}#{doc_id}", title, f"{title}\n\n{text}" if title else text)
+            yield doc
+
+
+def _parquet(path: Path) -> Iterator[SourceDocument]:
+    """A BEIR corpus stored as Parquet: columns `_id`, `text` and optionally `title`."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise ValueError(f"{path}: reading Parquet needs pyarrow (pip install 'fastcrag[ray]')") from None
+    columns = [c for c in ("_id", "title", "text") if c in pq.read_schema(path).names]
+    if "_id" not in columns or "text" not in columns:
+        raise ValueError(f"{path}: a Parquet corpus needs the columns _id and text (and optionally title)")
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=columns):
+        for row in batch.to_pylist():
+            doc = _beir_document(path, row)
+            if doc is not None:
+                yield doc
 
 
 def iter_files(paths: list[Path]) -> Iterator[Path]:
@@ -118,25 +152,33 @@ def iter_files(paths: list[Path]) -> Iterator[Path]:
             raise FileNotFoundError(f"no such file or folder: {path}")
 
 
+def read_file(path: Path) -> Iterator[SourceDocument]:
+    """The cleaned documents of one supported file: a corpus's rows, else the file as one document.
+
+    An unreadable or empty file is skipped with a warning; a corpus without the BEIR fields is a `ValueError`.
+    """
+    suffix = _suffix(path)
+    if suffix in CORPUS_SUFFIXES:
+        for doc in _parquet(path) if suffix == ".parquet" else _beir(path):
+            if doc.text.strip():
+                yield SourceDocument(doc.source, doc.title, clean_text(doc.text))
+        return
+    try:
+        text = _html(path) if suffix in HTML_SUFFIXES else _pdf(path) if suffix == ".pdf" else _read_text(path)
+    except Exception as exc:  # a damaged file must not stop the whole build
+        log.warning("%s could not be read (%s: %s); skipped", path, type(exc).__name__, exc)
+        return
+    text = clean_text(text)
+    if not text.strip():
+        log.warning("%s is empty; skipped", path)
+        return
+    yield SourceDocument(str(path.resolve()), path.stem, text)
+
+
 def load_documents(paths: list[Path]) -> Iterator[SourceDocument]:
     """Read documents from files and folders; unreadable or empty files are skipped with a warning."""
     for path in iter_files(paths):
-        suffix = _suffix(path)
-        if suffix in (".jsonl", ".jsonl.gz"):
-            for doc in _beir(path):
-                if doc.text.strip():
-                    yield SourceDocument(doc.source, doc.title, clean_text(doc.text))
-            continue
-        try:
-            text = _html(path) if suffix in HTML_SUFFIXES else _pdf(path) if suffix == ".pdf" else _read_text(path)
-        except Exception as exc:  # a damaged file must not stop the whole build
-            log.warning("%s could not be read (%s: %s); skipped", path, type(exc).__name__, exc)
-            continue
-        text = clean_text(text)
-        if not text.strip():
-            log.warning("%s is empty; skipped", path)
-            continue
-        yield SourceDocument(str(path.resolve()), path.stem, text)
+        yield from read_file(path)
 
 
 def python_reference() -> Iterator[SourceDocument]:

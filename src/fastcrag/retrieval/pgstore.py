@@ -92,6 +92,9 @@ MIGRATIONS: list[list[str]] = [
             created_at timestamptz NOT NULL DEFAULT now()
         )""",
     ],
+    [  # 3: a collection's first build is hidden from readers until it finishes (`PgWriter.finish` sets `ready`)
+        "ALTER TABLE fastcrag_collections ADD COLUMN ready boolean NOT NULL DEFAULT true",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 MAX_DIM = 2000  # pgvector's HNSW limit for `vector`
@@ -260,12 +263,16 @@ def open_collection(
     *,
     create: bool = False,
     chunk_settings: tuple[int, int] | None = None,
+    building: bool = False,
 ) -> Collection:
     """The named collection, checked against the embedder; created (with its chunk table) when `create`.
 
+    A collection an index build creates (`building`) stays hidden from readers until that build (or the run that
+    completes it after a kill) finishes: a reader never sees a half-built collection.
+
     Raises:
-        PgStoreError: the collection does not exist (and `create` is false), or it was built with another
-            embedder or another dimension.
+        PgStoreError: the collection does not exist (and `create` is false), its first build has not finished (and
+            `create` is false), or it was built with another embedder or another dimension.
     """
     psycopg = _psycopg()
     from psycopg import sql
@@ -275,7 +282,8 @@ def open_collection(
     model, dim = embedder_name(embedding), embedder_dimension(embedding)
     try:
         row = conn.execute(
-            "SELECT id, name, embedder, dim, chunk_tokens, chunk_overlap FROM fastcrag_collections WHERE name = %s",
+            "SELECT id, name, embedder, dim, chunk_tokens, chunk_overlap, ready FROM fastcrag_collections "
+            "WHERE name = %s",
             (name,),
         ).fetchone()
         if row is None and create:
@@ -285,10 +293,10 @@ def open_collection(
             with conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
                 row = conn.execute(
-                    "INSERT INTO fastcrag_collections (name, embedder, dim, chunk_tokens, chunk_overlap) "
-                    "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (name) DO NOTHING "
-                    "RETURNING id, name, embedder, dim, chunk_tokens, chunk_overlap",
-                    (name, model, dim, tokens, overlap),
+                    "INSERT INTO fastcrag_collections (name, embedder, dim, chunk_tokens, chunk_overlap, ready) "
+                    "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (name) DO NOTHING "
+                    "RETURNING id, name, embedder, dim, chunk_tokens, chunk_overlap, ready",
+                    (name, model, dim, tokens, overlap, not building),
                 ).fetchone()
                 if row is not None:
                     table = f"fastcrag_chunks_{int(row[0])}"
@@ -302,7 +310,7 @@ def open_collection(
                             )
                         )
             if row is None:  # created by a concurrent run meanwhile
-                return open_collection(conn, url, name, embedding, create=False)
+                return open_collection(conn, url, name, embedding, create=create, building=building)
     except psycopg.Error as exc:
         raise PgStoreError(
             f"Postgres store {shown}: reading collection {name!r} failed: {redact_message(str(exc), url)}"
@@ -311,6 +319,11 @@ def open_collection(
         raise PgStoreError(
             f"the Postgres store {shown} has no collection {name!r}; build it with "
             f"`fastcrag index PATHS --store URL --collection {name}`"
+        )
+    if not row[6] and not create:
+        raise PgStoreError(
+            f"collection {name!r} in {shown} is not ready: its first build has not finished (or was interrupted; "
+            f"run `fastcrag index PATHS --store URL --collection {name}` again to complete it)"
         )
     collection = Collection(int(row[0]), str(row[1]), str(row[2]), int(row[3]), row[4], row[5])
     if collection.dim != dim:
@@ -680,6 +693,84 @@ def build_hnsw_index(
     return f"maintenance_work_mem {memory}, max_parallel_maintenance_workers {workers}"
 
 
+def stored_hashes(
+    conn: psycopg.Connection[Any], collection: Collection, sources: Sequence[str], run_id: str | None = None
+) -> dict[str, str]:
+    """The stored content hash of each of these sources the collection holds; marked seen by `run_id` when given."""
+    if not sources:
+        return {}
+    if run_id is not None:
+        statement = (
+            "UPDATE fastcrag_documents SET seen_run = %s WHERE collection_id = %s AND source = ANY(%s) "
+            "RETURNING source, hash"
+        )
+        params: tuple[Any, ...] = (run_id, collection.id, list(sources))
+    else:
+        statement = "SELECT source, hash FROM fastcrag_documents WHERE collection_id = %s AND source = ANY(%s)"
+        params = (collection.id, list(sources))
+    rows = conn.execute(statement, params).fetchall()
+    return {str(source): str(digest) for source, digest in rows}
+
+
+def write_documents(
+    conn: psycopg.Connection[Any],
+    collection: Collection,
+    run_id: str,
+    documents: Sequence[DocumentEntry],
+    batch: ChunkBatch,
+) -> int:
+    """Replace or add whole documents and their chunks in one transaction: an upsert by source and content hash.
+
+    Writing the same documents again changes nothing (chunk ids derive from the content hash), so a batch may be
+    retried after a failure at any point, and batches of different documents may be written concurrently.
+
+    Returns:
+        The chunks added to the collection (minus those removed).
+    """
+    sources = [d.source for d in documents]
+    rows = _rows(batch.ids, batch.metadatas, batch.texts, batch.vectors)
+    with conn.transaction():
+        old = conn.execute(
+            "SELECT source, hash, chunk_ids FROM fastcrag_documents WHERE collection_id = %s AND source = ANY(%s) "
+            "FOR UPDATE",
+            (collection.id, sources),
+        ).fetchall()
+        # Writers running at once (a Ray build's) hold the content hashes they add or drop until commit, so that a
+        # text moving from one source to another is never dropped by one while the other counts on its chunks.
+        conn.execute(
+            "SELECT pg_advisory_xact_lock(%s, k) FROM "
+            "(SELECT DISTINCT hashtext(h) AS k FROM unnest(%s::text[]) AS h ORDER BY k) AS keys",
+            (collection.id, sorted({d.digest for d in documents} | {str(h) for _, h, _ in old})),
+        )
+        with conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO fastcrag_documents (collection_id, source, hash, chunk_ids, seen_run) "
+                "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (collection_id, source) DO UPDATE "
+                "SET hash = excluded.hash, chunk_ids = excluded.chunk_ids, seen_run = excluded.seen_run",
+                [(collection.id, d.source, d.digest, list(d.chunk_ids), run_id) for d in documents],
+            )
+        removed = _drop_chunks(conn, collection, [(str(h), list(ids)) for _, h, ids in old])
+        added = _insert_chunks(conn, collection, rows)
+        _count(conn, collection, added - removed)
+    return added - removed
+
+
+def _drop_chunks(
+    conn: psycopg.Connection[Any], collection: Collection, documents: Sequence[tuple[str, list[str]]]
+) -> int:
+    """Delete the chunks of replaced or removed documents that no remaining document shares (same hash)."""
+    from psycopg import sql
+
+    removed = 0
+    statement = sql.SQL(
+        "DELETE FROM {} WHERE chunk_id = ANY(%s) AND NOT EXISTS "
+        "(SELECT 1 FROM fastcrag_documents WHERE collection_id = %s AND hash = %s)"
+    ).format(sql.Identifier(collection.table))
+    for digest, ids in documents:
+        removed += max(0, conn.execute(statement, (ids, collection.id, digest)).rowcount)
+    return removed
+
+
 class PgWriter:
     """Where `fastcrag index --store URL` writes: one collection, whole documents per transaction.
 
@@ -710,7 +801,7 @@ class PgWriter:
         self._conn = connect(url)
         try:
             self.collection = open_collection(
-                self._conn, url, collection, embedding, create=True, chunk_settings=chunk_settings
+                self._conn, url, collection, embedding, create=True, chunk_settings=chunk_settings, building=True
             )
             with self._guard("taking the writer lock"):
                 row = self._conn.execute(
@@ -756,63 +847,16 @@ class PgWriter:
 
     def lookup(self, sources: Sequence[str]) -> dict[str, str]:
         """The stored content hash of each source the collection holds (marking them seen when pruning)."""
-        if not sources:
-            return {}
-        if self.prune_unseen:
-            statement = (
-                "UPDATE fastcrag_documents SET seen_run = %s WHERE collection_id = %s AND source = ANY(%s) "
-                "RETURNING source, hash"
-            )
-            params: tuple[Any, ...] = (self.run_id, self.collection.id, list(sources))
-        else:
-            statement = "SELECT source, hash FROM fastcrag_documents WHERE collection_id = %s AND source = ANY(%s)"
-            params = (self.collection.id, list(sources))
         with self._guard("reading document hashes"):
-            rows = self._conn.execute(statement, params).fetchall()
-        return {str(source): str(digest) for source, digest in rows}
+            return stored_hashes(self._conn, self.collection, sources, self.run_id if self.prune_unseen else None)
 
     def write(self, documents: Sequence[DocumentEntry], batch: ChunkBatch) -> None:
         """Replace or add whole documents and their chunks in one transaction."""
-        from psycopg import sql
-
-        c = self.collection
-        table = sql.Identifier(c.table)
-        sources = [d.source for d in documents]
-        rows = _rows(batch.ids, batch.metadatas, batch.texts, batch.vectors)
-        with self._guard("writing a batch"), self._conn.transaction():
-            old = self._conn.execute(
-                "SELECT source, hash, chunk_ids FROM fastcrag_documents WHERE collection_id = %s AND source = ANY(%s) "
-                "FOR UPDATE",
-                (c.id, sources),
-            ).fetchall()
-            with self._conn.cursor() as cur:
-                cur.executemany(
-                    "INSERT INTO fastcrag_documents (collection_id, source, hash, chunk_ids, seen_run) "
-                    "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (collection_id, source) DO UPDATE "
-                    "SET hash = excluded.hash, chunk_ids = excluded.chunk_ids, seen_run = excluded.seen_run",
-                    [(c.id, d.source, d.digest, list(d.chunk_ids), self.run_id) for d in documents],
-                )
-            removed = self._drop_chunks(table, [(str(h), list(ids)) for _, h, ids in old])
-            added = _insert_chunks(self._conn, c, rows)
-            _count(self._conn, c, added - removed)
-
-    def _drop_chunks(self, table: Any, documents: Sequence[tuple[str, list[str]]]) -> int:
-        """Delete the chunks of replaced or removed documents that no remaining document shares (same hash)."""
-        from psycopg import sql
-
-        removed = 0
-        statement = sql.SQL(
-            "DELETE FROM {} WHERE chunk_id = ANY(%s) AND NOT EXISTS "
-            "(SELECT 1 FROM fastcrag_documents WHERE collection_id = %s AND hash = %s)"
-        ).format(table)
-        for digest, ids in documents:
-            removed += max(0, self._conn.execute(statement, (ids, self.collection.id, digest)).rowcount)
-        return removed
+        with self._guard("writing a batch"):
+            write_documents(self._conn, self.collection, self.run_id, documents, batch)
 
     def prune(self) -> int:
         """Delete the documents (and their chunks) whose source this run did not see; returns how many."""
-        from psycopg import sql
-
         if not self.prune_unseen:
             return 0
         with self._guard("pruning unseen documents"), self._conn.transaction():
@@ -821,12 +865,12 @@ class PgWriter:
                 "RETURNING hash, chunk_ids",
                 (self.collection.id, self.run_id),
             ).fetchall()
-            removed = self._drop_chunks(sql.Identifier(self.collection.table), [(str(h), list(i)) for h, i in gone])
+            removed = _drop_chunks(self._conn, self.collection, [(str(h), list(i)) for h, i in gone])
             _count(self._conn, self.collection, -removed)
         return len(gone)
 
     def finish(self, changed: bool) -> int:
-        """Build the HNSW index when the build deferred it, refresh planner statistics; returns the chunk count."""
+        """Build the HNSW index when deferred, refresh statistics, show a new collection; returns the chunk count."""
         from psycopg import sql
 
         with self._guard("building the HNSW index"):
@@ -834,6 +878,9 @@ class PgWriter:
         with self._guard("finishing the build"):
             if changed:
                 self._conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(self.collection.table)))
+            self._conn.execute(
+                "UPDATE fastcrag_collections SET ready = true WHERE id = %s AND NOT ready", (self.collection.id,)
+            )
             return _chunks(self._conn, self.collection)
 
 
