@@ -8,10 +8,10 @@ import pytest
 
 from fastcrag.graph.nodes.retrieve import collapse_copies
 from fastcrag.graph.state import Candidate
-from fastcrag.retrieval.blocks import CODE, PROSE, TABLE, TITLE_JOINER, chunk_sections, sections
+from fastcrag.retrieval.blocks import CODE, PROSE, TABLE, chunk_sections, sections
 from fastcrag.retrieval.loaders import load_documents
 from fastcrag.retrieval.structure import fragment
-from fastcrag.retrieval.text import body_sentences, opens_section, split_title
+from fastcrag.retrieval.text import TITLE_JOINER, body_sentences, opens_section, split_title
 
 RST = """The "frob" statement
 ********************
@@ -161,6 +161,8 @@ def test_a_title_line_is_not_a_sentence_and_a_sentence_is_not_a_title() -> None:
         "They are optional.",
     ]
     assert body_sentences("Flags change things.\n\nThey are optional.")[0] == "Flags change things."
+    inside = f"Widgets\n\nWidgets are small.\n\nWidgets{TITLE_JOINER}Flags\n\nFlags change things."
+    assert body_sentences(inside) == ["Widgets are small.", "Flags change things."]  # a heading inside a chunk
     assert split_title("```\ncode\n```\n\nProse.") == ("", "```\ncode\n```\n\nProse.")
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from fastcrag.retrieval.text import count_tokens, split_long, split_sentences, strip_markup, titled
+from fastcrag.retrieval.text import TITLE_JOINER, count_tokens, split_long, split_sentences, strip_markup, titled
 
 PROSE, TABLE, CODE, HEADING = "prose", "table", "code", "heading"
 FENCE = "```"
@@ -39,8 +39,6 @@ _PROSE_SHARE = 0.6
 _MAX_HEADING_CHARS = 100
 _ENTRY = "entry"
 """The style of an API entry's heading: always the deepest level."""
-TITLE_JOINER = " \u203a "
-"""Between the headings of a section's title, outermost first: a single right-pointing angle quotation mark."""
 _LABEL = re.compile(r"^(?:note|warning|caution|tip|important|see also|example|examples)\s*:$", re.IGNORECASE)
 """A paragraph that only labels the next one ("Note:"): the two are one block."""
 

@@ -119,6 +119,8 @@ def split_sentences(text: str) -> list[str]:
     return strips + _prose_strips(text[start:])
 
 
+TITLE_JOINER = " \u203a "
+"""Between the headings of a section's title, outermost first: a single right-pointing angle quotation mark."""
 CONTINUED = " (continued)"
 """Marks the title of a chunk that continues its section (the section's lead is in an earlier chunk)."""
 
@@ -148,8 +150,13 @@ def split_title(text: str) -> tuple[str, str]:
 
 
 def body_sentences(text: str) -> list[str]:
-    """A chunk's sentence strips without its title line."""
-    return split_sentences(split_title(text)[1])
+    """A chunk's sentence strips without its title line, or the heading of a section that starts inside it."""
+    return [s for s in split_sentences(split_title(text)[1]) if not is_heading(s)]
+
+
+def is_heading(strip: str) -> bool:
+    """Whether a strip is a section's heading path (`TITLE_JOINER` between headings, no sentence end)."""
+    return TITLE_JOINER in strip and not strip.rstrip().endswith((".", "!", "?", ":", ";"))
 
 
 def _prose_strips(text: str) -> list[str]:
