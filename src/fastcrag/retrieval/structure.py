@@ -5,6 +5,8 @@ from __future__ import annotations
 import keyword
 import re
 
+from fastcrag.retrieval.text import is_heading
+
 FRAGMENT_KINDS = ("table", "grammar", "keywords", "note")
 """What an answer must not open with or consist of: a table, a grammar production, a keyword list, a note or
 version line."""
@@ -145,6 +147,6 @@ def prose(sentence: str) -> str | None:
         lead = _before_grammar(text)
         text = _without_heading(lead) if lead else _after_grammar(text)
     text = _without_repeat(text)
-    if not text or sentence_kind(text) != "prose":
+    if not text or sentence_kind(text) != "prose" or is_heading(text):
         return None
     return text
