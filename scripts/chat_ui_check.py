@@ -264,7 +264,7 @@ class Observed:
         self.errors: list[str] = []
         page.on("request", self._request)
         page.on("response", lambda r: self._entry(r.request).update(status=r.status))
-        page.on("requestfailed", lambda r: self._entry(r.request).update(failed=(r.failure or "failed")))
+        page.on("requestfailed", lambda r: self._entry(r).update(failed=(r.failure or "failed")))  # r: a Request
         page.on("console", self._console)
         page.on("pageerror", lambda exc: self.errors.append(f"page exception: {str(exc)[:400]}"))
 
