@@ -214,23 +214,21 @@ class ExtractiveGenerator:
         return self._explain(strips, passages)
 
     def _explain(self, strips: list[tuple[float, str, int, int]], passages: Sequence[Mapping[str, Any]]) -> Answer:
-        """The best-graded chunk's lead and best sentences, in its order; never a fragment first."""
+        """The best-ranked chunk's lead and best sentences, in its order; never a fragment first."""
         anchor = _anchor(passages)
         best = max((t for t in strips if t[2] in anchor), key=lambda t: t[0], default=max(strips, key=lambda t: t[0]))
         chosen = _best_of(strips, anchor if best[2] in anchor else {best[2]})
-        if _reads_as_prose(chosen[0][1]):  # code, rows and notes do not support it either
-            chosen = [chosen[0], *(t for t in chosen[1:] if _reads_as_prose(t[1]))]
-        used = sorted({t[2] for t in chosen})
         if _reads_as_prose(chosen[0][1]):
+            chosen = [chosen[0], *(t for t in chosen[1:] if _reads_as_prose(t[1]))]  # no code, row or note after it
             lead = first_prose(passages, sorted(anchor)) if _opens_section(passages[min(anchor)]) else None
             texts = [t[1] for t in chosen]
             if lead is None or any(lead[0] in t for t in texts):
-                return Answer(" ".join(texts), used)
+                return Answer(" ".join(texts), sorted({t[2] for t in chosen}))
             return self._led(lead, sorted(chosen, key=lambda t: t[0], reverse=True), [])
         # a fragment would open the answer: the page's lead instead, then its passage's best prose sentences
         found = first_prose(passages, _reading_order(passages, best[2], page_first=True))
         if found is None:
-            return Answer(" ".join(t[1] for t in chosen), used)
+            return Answer(" ".join(t[1] for t in chosen), sorted({t[2] for t in chosen}))
         _, index, position = found
         support = [
             (score, text, i, k)
@@ -388,7 +386,7 @@ def _chunk_number(passage: Mapping[str, Any]) -> int:
 
 
 def _anchor(passages: Sequence[Mapping[str, Any]]) -> set[int]:
-    """The passages of the best-graded chunk (the first passage's; refined strips of one chunk share its id)."""
+    """The passages of the best-ranked chunk (the first passage's; refined strips of one chunk share its id)."""
     first = passages[0].get("chunk_id")
     return {i for i, p in enumerate(passages) if first is not None and p.get("chunk_id") == first} or {0}
 

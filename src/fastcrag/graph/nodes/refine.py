@@ -30,7 +30,7 @@ def refine(state: State, run: Run) -> dict[str, Any]:
         scores = checked_scores(run.parts.reranker(), str(state["question"]), read)
     except Exception as exc:
         return update | {"failure": f"refinement failed: {exc}", "strips_kept": 0}
-    # Recomposed in reading order: the best-graded chunk's strips first, each chunk's in the order it gives them.
+    # Recomposed in reading order: the best-ranked chunk's strips first, each chunk's in the order it gives them.
     kept = [(score, s, c) for score, (s, c) in zip(scores, strips, strict=True) if score >= cfg.reranker_threshold]
     lengths = count_tokens([s for _, s, _ in kept])
     context: list[Passage] = []
