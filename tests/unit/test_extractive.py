@@ -131,3 +131,44 @@ def test_with_no_prose_anywhere_the_answer_is_todays() -> None:
     grader = ScriptedReranker({"Operation": 0.99})
     answer = ExtractiveGenerator(grader).generate("When is it?", [{"text": TABLE, "score": 0.9}])
     assert answer.text == TABLE and answer.used == [0]
+
+
+SECTION = (
+    "The frob statement\n\n"
+    "The frob statement turns widgets into gadgets. "
+    "It was added in version two. "
+    "Widgets must be dry before they are frobbed. "
+    "A frobbed widget cannot be unfrobbed."
+)
+
+
+def test_an_explain_answer_is_led_by_its_sections_lead_and_never_quotes_the_title() -> None:
+    """The best-ranked chunk anchors the answer, even where another chunk holds a better-scoring sentence."""
+    grader = ScriptedReranker({"turns widgets": 0.1, "dry": 0.9, "unfrobbed": 0.8, "version": 0.5, "Elsewhere": 0.99})
+    passages = [
+        {"chunk_id": "d-0", "text": SECTION, "source": "doc", "score": 0.8},
+        {"chunk_id": "e-0", "text": "Elsewhere a frob is mentioned in passing.", "source": "other", "score": 0.7},
+    ]
+    answer = ExtractiveGenerator(grader).generate("What does the frob statement do?", passages)
+    assert answer.used == [0]
+    assert answer.text.startswith("The frob statement turns widgets into gadgets.")  # the lead, not the title
+    assert "dry" in answer.text and "unfrobbed" in answer.text and "version" not in answer.text
+    continued = SECTION.replace("The frob statement\n\n", "The frob statement (continued)\n\n")
+    answer = ExtractiveGenerator(grader).generate(
+        "What does the frob statement do?", [{**passages[0], "text": continued}]
+    )
+    assert answer.text.startswith("It was added")  # a chunk that continues its section has no lead: its best three
+
+
+def test_the_reader_never_answers_from_a_title_line() -> None:
+    class TitleReader(ScriptedReranker):
+        def read(self, question: str, texts: list[str]) -> list[object]:
+            from fastcrag.grading.reader import Span
+
+            assert all(not t.startswith("Gadget facts") for t in texts)  # it reads the body only
+            start = texts[0].index("blue")
+            return [Span("blue", start, start + 4, 0.9)]
+
+    passages = [{"chunk_id": "g-0", "text": "Gadget facts\n\nGadgets are blue.", "source": "g", "score": 0.9}]
+    answer = ExtractiveGenerator(TitleReader({}), reader_threshold=0.1).generate("Which colour are gadgets?", passages)
+    assert answer.text == "blue\n\nGadgets are blue."
