@@ -200,7 +200,7 @@ def chunk(batch: pa.Table, chunk_tokens: int, chunk_overlap: int) -> pa.Table:
     import pyarrow as pa
 
     counts = dict.fromkeys(COUNTS, 0)
-    out: dict[str, list[Any]] = {k: [] for k in ("source", "title", "digest", "chunk_ids", "texts")}
+    out: dict[str, list[Any]] = {k: [] for k in ("source", "titles", "digest", "chunk_ids", "texts")}
     for row in batch.to_pylist():
         counts["dups"] += row["dups"]
         if row["stored"] == row["digest"]:
@@ -209,19 +209,20 @@ def chunk(batch: pa.Table, chunk_tokens: int, chunk_overlap: int) -> pa.Table:
         counts[STATUS_CHANGED if row["stored"] else STATUS_ADDED] += 1
         doc = SourceDocument(row["source"], row["title"], row["text"])
         chunked = chunk_document(doc, chunk_tokens, chunk_overlap, row["digest"])
-        values = (row["source"], row["title"], row["digest"], list(chunked.entry.chunk_ids), chunked.texts)
+        titles = [m["title"] for m in chunked.metadatas]  # each chunk's own: its section's title, else the document's
+        values = (row["source"], titles, row["digest"], list(chunked.entry.chunk_ids), chunked.texts)
         for key, value in zip(out, values, strict=True):
             out[key].append(value)
     # the batch's counts ride on its first row (on a row without chunks when every document is unchanged)
     if not out["source"]:
-        for key, value in zip(out, ("", "", "", [], []), strict=True):
+        for key, value in zip(out, ("", [], "", [], []), strict=True):
             out[key].append(value)
     for key in COUNTS:
         out[key] = [counts[key]] + [0] * (len(out["source"]) - 1)
     schema = pa.schema(
         [
             ("source", pa.string()),
-            ("title", pa.string()),
+            ("titles", pa.list_(pa.string())),
             ("digest", pa.string()),
             ("chunk_ids", pa.list_(pa.string())),
             ("texts", pa.list_(pa.string())),
@@ -283,7 +284,7 @@ class Write:
             entries.append(DocumentEntry(row["source"], row["digest"], tuple(row["chunk_ids"])))
             chunks.texts.extend(row["texts"])
             chunks.ids.extend(row["chunk_ids"])
-            chunks.metadatas.extend({"source": row["source"], "title": row["title"]} for _ in row["texts"])
+            chunks.metadatas.extend({"source": row["source"], "title": title} for title in row["titles"])
             vectors.append(np.frombuffer(row["vectors"], dtype=np.float32).reshape(-1, dim))
         chunks.vectors = np.concatenate(vectors) if vectors else np.zeros((0, dim), dtype=np.float32)
         if entries:
