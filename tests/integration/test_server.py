@@ -236,9 +236,10 @@ def test_runs_wait_answers_with_the_trace(server: Server) -> None:
     assert crag["retrieval"] == "hybrid" and crag["rewriter"] is None
     thresholds = crag["thresholds"]
     assert 0 <= thresholds["reranker_threshold"] <= thresholds["crag_upper"] <= 1
-    # graded candidates come best first; those the early exit left ungraded follow, without a score
+    # graded candidates come first, in the calibrated order (the grader's fused with the first pass: `rerank_weight`),
+    # and the band reads the best score; those the early exit left ungraded follow, without a score
     graded = [v["score"] for v in crag["verdicts"] if v["verdict"] != "UNGRADED"]
-    assert graded == sorted(graded, reverse=True) and crag["top_score"] == pytest.approx(graded[0])
+    assert crag["top_score"] == pytest.approx(max(graded))
     ungraded = [v for v in crag["verdicts"] if v["verdict"] == "UNGRADED"]
     assert all(v["score"] is None for v in ungraded) and crag["verdicts"][len(graded) :] == ungraded
     assert not ungraded or crag["band"] == "CORRECT"  # grading stops early only once a batch cleared crag_upper
