@@ -312,11 +312,13 @@ def _code_pieces(fenced: str, size: int) -> list[str]:
     lines = fenced.split("\n")[1:-1]
     pieces: list[str] = []
     current: list[str] = []
+    used = 0  # tokens in `current`: a line break adds none, so a piece's count is the sum of its lines'
     for line, n in zip(lines, count_tokens(lines), strict=True):
-        if current and count_tokens(["\n".join(current)])[0] + n > size:
+        if current and used + n > size:
             pieces.append("\n".join(current))
-            current = []
+            current, used = [], 0
         current.append(line)
+        used += n
     if current:
         pieces.append("\n".join(current))
     return [f"{FENCE}\n{p}\n{FENCE}" for p in pieces if p.strip()]
