@@ -22,11 +22,12 @@ def refine(state: State, run: Run) -> dict[str, Any]:
         {"chunk_id": c["chunk_id"], "source": c["source"], "text": c["text"], "score": c["score"]}
         for c in usable[: 2 * cfg.top_n]
     ]
-    strips = [(s, c) for c in chunks for s in body_sentences(c["text"])]
-    leads = {id(c): body[0] for c in chunks if opens_section(c["text"]) and (body := body_sentences(c["text"]))}
+    parts = [(c, split_title(c["text"])[0], body_sentences(c["text"])) for c in chunks]  # each chunk split once
+    strips = [(s, c) for c, _, body in parts for s in body]
+    leads = {id(c): body[0] for c, _, body in parts if body and opens_section(c["text"])}
     try:
         # a strip is read under its chunk's title, as the chunk was
-        read = [titled(split_title(c["text"])[0], s) for s, c in strips]
+        read = [titled(title, s) for _, title, body in parts for s in body]
         scores = checked_scores(run.parts.reranker(), str(state["question"]), read)
     except Exception as exc:
         return update | {"failure": f"refinement failed: {exc}", "strips_kept": 0}
