@@ -1,0 +1,56 @@
+"""Where a documentation set's right page stands before the answer stage (docs/RESULTS.md, "Answers from docs").
+
+How often a right page is first among the top 10 by the first pass, by the grader's own order, and by the order
+fused at each `rerank_weight`. The "before" figures: `--index` an index built at the earlier commit (its chunker).
+
+    python -m lab.scripts.docs_ranking --questions tests/data/docs_devset_python.jsonl [--index IDX] [-v]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))  # the project's own code, installed or not
+
+from fastcrag.components import Components
+from fastcrag.config.settings import Settings
+from fastcrag.evaluation.docs_answers import load_questions, source_matches
+from fastcrag.retrieval.hybrid import HybridRetriever, fused_order
+
+DEPTH, POOL = 10, 50
+"""The candidates graded (the packaged top_k), out of the first pass's fused top `POOL`."""
+WEIGHTS = (1.0, 0.75, 0.5, 0.25)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print, as JSON, how many questions have a right page first under each order."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--questions", type=Path, required=True, help="a `fastcrag eval docs` question set (JSONL)")
+    ap.add_argument("--index", type=Path, help="index folder (default: the embedded Python reference)")
+    ap.add_argument("-v", "--verbose", action="store_true", help="one line per question")
+    args = ap.parse_args(argv)
+    parts = Components(Settings(index_dir=args.index) if args.index else Settings())
+    retriever, grader = parts.retriever(), parts.reranker()
+    assert isinstance(retriever, HybridRetriever)
+    counts = {"questions": 0, "first_pass": 0, **{f"order_{w:g}": 0 for w in WEIGHTS}}
+    for q in load_questions(args.questions):
+        docs = retriever.search(q.question, k=POOL)[0][:DEPTH]
+        sources = [str(d.metadata.get("source", "")) for d in docs]
+        right = [any(source_matches(s, want) for want in q.sources) for s in sources]
+        scores = grader.score(q.question, [d.page_content for d in docs])
+        counts["questions"] += 1
+        counts["first_pass"] += bool(right and right[0])
+        for w in WEIGHTS:
+            counts[f"order_{w:g}"] += bool(right and right[fused_order(scores, w)[0]])
+        if args.verbose:
+            best = max(range(len(scores)), key=scores.__getitem__, default=0)
+            print(f"{q.id}: first pass {sources[:1]}, grader {sources[best : best + 1]} | {q.question}")
+    print(json.dumps(counts))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
