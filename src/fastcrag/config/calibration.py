@@ -42,6 +42,12 @@ class CalibrationSample(BaseModel):
     seed: int = Field(description="The seed that drew the sample (calibrate) or split the questions (fit).")
     labelled: int | None = Field(None, ge=0, description="`fastcrag fit`: labelled questions given.")
     calibrated_on: int | None = Field(None, ge=0, description="`fastcrag fit`: questions the thresholds were drawn on.")
+    pseudo: int | None = Field(
+        None,
+        ge=0,
+        description="`fastcrag fit`: pseudo-questions made from the corpus (no labels) that the label-free thresholds "
+        "were drawn on: the fit's own, or the prior its labels were blended with.",
+    )
 
 
 _SAMPLE_NOTE = re.compile(r"(\d+) questions per class, seed (\d+)")

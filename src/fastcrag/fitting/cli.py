@@ -15,13 +15,13 @@ def _fit(args: argparse.Namespace) -> int:
 
     data_root = Path(args.data_root) if args.data_root else SHARED_DATA
     opts = FitOptions(
-        questions=Path(args.questions),
+        questions=Path(args.questions) if args.questions else None,
         out=Path(args.out),
         index=Path(args.index) if args.index else None,
         store=args.store or "",
         collection=args.collection,
         minutes=args.minutes,
-        train=not args.no_train,
+        train=args.train,
         precision=args.precision,
         held_out=args.held_out,
         min_recall=MIN_RECALL if args.min_recall is None else args.min_recall,
@@ -34,6 +34,10 @@ def _fit(args: argparse.Namespace) -> int:
         judge=args.judge,
         replay_exclude=frozenset(args.replay_exclude or ()),
     )
+    if args.pseudo is not None:
+        opts.pseudo = args.pseudo
+    if args.pseudo_kinds:
+        opts.pseudo_kinds = tuple(args.pseudo_kinds)
     result = fit(opts, Settings())
     print(f"\n{result.out / 'report.md'}")
     for label, fig in result.figures.items():
@@ -57,16 +61,35 @@ def _fit(args: argparse.Namespace) -> int:
 def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Register `fit`."""
     f = subparsers.add_parser(
-        "fit", help="fit the grader and its thresholds to your index from labelled questions, with a report"
+        "fit",
+        help="fit the grader's thresholds to your index: from the corpus alone, or with labelled questions; a report",
     )
-    f.add_argument("--questions", required=True, help="JSONL: question + answers | sources | answerable: false")
+    f.add_argument(
+        "--questions",
+        help="JSONL: question + answers | sources | answerable: false (without: a label-free fit on pseudo-questions)",
+    )
     where = f.add_mutually_exclusive_group(required=True)
     where.add_argument("--index", help="a FAISS index folder (`fastcrag index ... --index DIR`)")
     where.add_argument("--store", help="a Postgres URL (postgresql://...), with --collection")
     f.add_argument("--collection", default="default", help="the Postgres collection (default: default)")
     f.add_argument("--out", required=True, help="folder for calibration.json, grader/, report.md and plots")
-    f.add_argument("--minutes", type=float, default=10.0, help="fine-tuning time budget (default 10)")
-    f.add_argument("--no-train", action="store_true", help="calibrate the current grader only")
+    f.add_argument(
+        "--pseudo",
+        type=int,
+        metavar="N",
+        help="pseudo-questions made from the index: the label-free thresholds, and the prior that labels are blended "
+        "with (default 200; 0: the labels alone)",
+    )
+    f.add_argument(
+        "--pseudo-kinds",
+        nargs="+",
+        choices=("cloze", "ict"),
+        help="pseudo-question kinds: cloze (a span of a sentence asked about), ict (the sentence as the query, its "
+        "chunk without it as the evidence); default cloze",
+    )
+    f.add_argument("--train", action="store_true", help="also fine-tune the grader on the labels (kept if it wins)")
+    f.add_argument("--minutes", type=float, default=10.0, help="fine-tuning time budget with --train (default 10)")
+    f.add_argument("--no-train", action="store_true", help="calibrate the current grader only (the default)")
     f.add_argument("--precision", type=float, default=0.9, help="abstention precision to calibrate at (0.9)")
     f.add_argument(
         "--min-recall",

@@ -19,9 +19,10 @@ from fastcrag.components import Components
 from fastcrag.config.calibration import FIT_DIR, Calibration, CalibrationSample, load_calibration
 from fastcrag.config.settings import Settings, is_postgres_url
 from fastcrag.fileio import write_json_atomic, write_text_atomic
-from fastcrag.fitting.calibrate import choose_condition_factor, condition_curve
+from fastcrag.fitting.calibrate import Observation, choose_condition_factor, condition_curve
+from fastcrag.fitting.draw import draw_alone, shrink
 from fastcrag.fitting.generate import generate_questions, judge, write_questions_jsonl
-from fastcrag.fitting.labels import first_pass, training_pairs
+from fastcrag.fitting.labels import Labelled, first_pass, training_pairs
 from fastcrag.fitting.measure import (
     BOOTSTRAP_ROUNDS,
     KEEP_CONFIDENCE,
@@ -37,6 +38,7 @@ from fastcrag.fitting.measure import (
     observe,
     order_curve,
 )
+from fastcrag.fitting.pseudo import DEFAULT_KINDS, KINDS, SAMPLE_FACTOR, make_pseudo_questions, pseudo_first_pass
 from fastcrag.fitting.questions import (
     MIN_HELD_OUT,
     FitError,
@@ -49,18 +51,23 @@ from fastcrag.grading.reranker import BI_ENCODER, CachingReranker, default_reran
 from fastcrag.retrieval.hybrid import HybridRetriever
 from fastcrag.retrieval.store import IndexLoadError
 
+PSEUDO_QUESTIONS = 200
+"""Pseudo-questions a fit makes from the index (the label-free thresholds, and the prior of a labelled fit)."""
+MIN_PSEUDO = 20
+"""A label-free fit needs at least this many pseudo-questions with their sentence retrieved."""
+
 
 @dataclass
 class FitOptions:
     """Options of one `fastcrag fit` run."""
 
-    questions: Path
+    questions: Path | None
     out: Path
     index: Path | None = None
     store: str = ""
     collection: str = "default"
     minutes: float = 10.0
-    train: bool = True
+    train: bool = False
     precision: float = 0.9
     min_recall: float = MIN_RECALL
     held_out: float = 0.3
@@ -72,6 +79,8 @@ class FitOptions:
     llm: str = ""
     judge: bool = False
     replay_exclude: frozenset[str] = frozenset()
+    pseudo: int = PSEUDO_QUESTIONS
+    pseudo_kinds: tuple[str, ...] = DEFAULT_KINDS
 
 
 @dataclass
@@ -144,18 +153,16 @@ def fine_tune_grader(
     return Path(result.export), str(result.name), done
 
 
-def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str], None] = print) -> FitResult:
-    """Fit the grader and the thresholds to an index; write everything to `opts.out` at the end, atomically.
-
-    Raises:
-        FitError: the questions, the index or the options do not allow a fit (nothing is written).
-    """
-    settings = settings or Settings()
-    started = time.perf_counter()
+def _check_options(opts: FitOptions) -> None:
+    """Raises FitError on options that cannot work together (before any work)."""
     if not 0.5 <= opts.precision < 1.0:
         raise FitError(f"--precision must be in [0.5, 1), got {opts.precision}")
     if not 0.0 <= opts.min_recall < 1.0:
         raise FitError(f"--min-recall must be in [0, 1), got {opts.min_recall}")
+    if opts.pseudo < 0:
+        raise FitError(f"--pseudo must be 0 or more, got {opts.pseudo}")
+    if unknown := sorted(set(opts.pseudo_kinds) - set(KINDS)) or not opts.pseudo_kinds:
+        raise FitError(f"pseudo-question kinds must be among {', '.join(KINDS)}, got {list(opts.pseudo_kinds)}")
     if opts.replay_exclude:
         from fastcrag.fitting.finetune import REPLAY_FAMILIES  # the fine-tune (torch) loads only when asked
 
@@ -163,19 +170,42 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
             raise FitError(f"--replay-exclude: unknown {unknown}; the packaged mix has {sorted(REPLAY_FAMILIES)}")
     if bool(opts.generate) != bool(opts.llm) and not (opts.judge and opts.llm):
         raise FitError("--generate N needs --llm provider:model (and --judge needs --llm)")
-    if opts.generate and opts.questions.exists():
+    if opts.questions is None:
+        if opts.generate or opts.judge:
+            raise FitError("--generate and --judge need --questions FILE (the file --generate writes, or labels)")
+        if opts.train:
+            raise FitError("--train needs labelled questions (--questions FILE): a label-free fit calibrates only")
+        if not opts.pseudo:
+            raise FitError("with no --questions, the fit draws on pseudo-questions: --pseudo must be above 0")
+    elif opts.generate and opts.questions.exists():
         raise FitError(f"{opts.questions} exists: --generate writes the questions there; name a new file")
-    questions = [] if opts.generate else read_questions(opts.questions)  # a bad file fails before any work
+
+
+def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str], None] = print) -> FitResult:
+    """Fit the thresholds (and, with `train`, the grader) to an index; write everything to `opts.out` atomically.
+
+    With labelled questions their thresholds are blended with the label-free ones (cross-validated shrinkage);
+    without, the label-free ones are the fit.
+
+    Raises:
+        FitError: the questions, the index or the options do not allow a fit (nothing is written).
+    """
+    settings = settings or Settings()
+    started = time.perf_counter()
+    _check_options(opts)
+    labels = opts.questions
+    questions = [] if labels is None or opts.generate else read_questions(labels)  # a bad file fails before work
     retriever, store = open_retriever(opts, settings)
     llm = load_chat_model(opts.llm, settings.max_new_tokens, settings.llm_timeout_s) if opts.llm else None
-    if opts.generate and llm is not None:
+    if labels is not None and opts.generate and llm is not None:
         written, stats = generate_questions(
             store.sample_chunks(max(50 * opts.generate, 5000)), llm, opts.generate, opts.seed, opts.progress
         )
-        write_questions_jsonl(opts.questions, written)
-        log(f"{opts.questions}: {stats.summary()}")
-        questions = read_questions(opts.questions)
-    check_sources(questions, store.sources(), opts.questions)
+        write_questions_jsonl(labels, written)
+        log(f"{labels}: {stats.summary()}")
+        questions = read_questions(labels)
+    if labels is not None:
+        check_sources(questions, store.sources(), labels)
     embedder = str(getattr(store.embeddings, "name", ""))
     base_spec = settings.reranker or default_reranker_spec()
     base = load_reranker(base_spec)
@@ -195,24 +225,34 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
     usable = [i for i in items if not (i.question.answerable and not i.retrieved(top_k))]
     held = [i for i in usable if i.held_out]
     usable_held = sum(i.question.answerable for i in held)
+    pseudo = _pseudo_items(opts, store, retriever, top_k, log)
     counts = {
         "questions": len(items),
-        "fit_part": len(fit_part),
+        "fit_part": len(fit_part) if opts.train else 0,
         "held_out": sum(i.held_out for i in items),
         "held_out_answerable_retrieved": usable_held,
         "held_out_unanswerable": sum(not i.question.answerable for i in held),
         "retrieval_misses": len(misses),
+        "pseudo_questions": len(pseudo),
+        "pseudo_questions_retrieved": sum(i.retrieved(top_k) for i in pseudo),
     }
-    log(
-        f"{len(items)} questions: {counts['fit_part']} to fit, {counts['held_out']} held out; "
-        f"{len(misses)} retrieval misses (evidence not in the top {top_k}: counted, not used)"
-    )
-    if usable_held < MIN_HELD_OUT:
+    pseudo = [i for i in pseudo if i.retrieved(top_k)]
+    if items:
+        log(
+            f"{len(items)} questions: {counts['fit_part']} to fit, {counts['held_out']} held out to calibrate on; "
+            f"{len(misses)} retrieval misses (evidence not in the top {top_k}: counted, not used)"
+        )
+    if items and usable_held < MIN_HELD_OUT:
         raise FitError(
             f"the held-out part has {usable_held} answerable questions with their evidence retrieved; calibrating "
             f"needs at least {MIN_HELD_OUT}: label more questions (retrieval found evidence for "
             f"{sum(i.question.answerable and i.retrieved(top_k) for i in items)} of "
             f"{sum(i.question.answerable for i in items)} answerable ones)"
+        )
+    if not items and len(pseudo) < MIN_PSEUDO:
+        raise FitError(
+            f"the index gave {len(pseudo)} pseudo-questions with their sentence retrieved; a label-free fit needs at "
+            f"least {MIN_PSEUDO} (index more prose, raise --pseudo, or label questions with --questions)"
         )
     notes: list[str] = []
     tmp = opts.out.parent / f".{opts.out.name}.tmp-{os.getpid()}"
@@ -225,33 +265,42 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
         # trained on none of them): every grader below is judged with it
         packaged = _packaged_calibration(base.name)
         base_factor = packaged.condition_factor if packaged is not None else 1.0
-        views = condition_views(base_cached, usable, top_k)
+        views = condition_views(base_cached, [*usable, *pseudo], top_k)
         factors = condition_curve(views)
         factor, factor_objective = choose_condition_factor(factors, views, base_factor)
-        base_obs = observe(base_cached, held, top_k, True, opts.progress, "held-out, base", factor)
-        chosen, objective = calibrate_on(base_obs, opts.precision, opts.min_recall)
-        figures = {"base": figures_of(base.name, base_obs, chosen)}
+
+        def draw(obs: Sequence[Observation]) -> Thresholds:
+            return calibrate_on(obs, opts.precision, opts.min_recall)[0]
+
+        pseudo_obs = observe(base_cached, pseudo, top_k, True, opts.progress, "pseudo-questions, base", factor)
+        label_free = draw_alone(pseudo_obs, draw, opts.seed, "label-free") if pseudo_obs else None
+        base_obs = observe(base_cached, held, top_k, True, opts.progress, "labelled, base", factor) if held else []
+        measured_on = base_obs or pseudo_obs  # the figures are measured on the labels when there are any
+        chosen, objective = calibrate_on(measured_on, opts.precision, opts.min_recall)
+        figures = {"base": figures_of(base.name, measured_on, chosen if items else None)}
         if packaged is not None:
             packaged_obs = (
-                base_obs
+                measured_on
                 if packaged.condition_factor == factor
-                else observe(base_cached, held, top_k, True, False, "", packaged.condition_factor)
+                else observe(base_cached, held or pseudo, top_k, True, False, "", packaged.condition_factor)
             )
             figures["base, packaged thresholds"] = figures_of(
                 base.name,
                 packaged_obs,
                 Thresholds(packaged.reranker_threshold, packaged.crag_upper, packaged.reader_threshold),
             )
+        if label_free is not None:
+            figures["base, label-free thresholds"] = figures_of(base.name, measured_on, label_free.thresholds)
         kept, kept_cached, kept_obs, kept_name, grader_dir = base, base_cached, base_obs, base.name, None
         calibrated_on, calibration_obs = held, base_obs
         training: dict[str, Any] | None = None
         if opts.train:
             if base_spec == BI_ENCODER or not (Path(base_spec) / "model.onnx").is_file():
-                raise FitError(f"the grader {base.name!r} cannot be fine-tuned here; use --no-train")
+                raise FitError(f"the grader {base.name!r} cannot be fine-tuned here; leave out --train")
             pairs = training_pairs(fit_part, top_k)
             counts["training_pairs"] = len(pairs)
             if not pairs:
-                raise FitError("the fit part gave no training pairs (no evidence retrieved); use --no-train")
+                raise FitError("the fit part gave no training pairs (no evidence retrieved); leave out --train")
             log(f"fine-tuning {base.name} on {len(pairs)} pairs (+ replay) for up to {opts.minutes:g} minutes")
             export, name, training = fine_tune_grader(Path(base_spec), pairs, work, opts)
             notes.append(
@@ -262,16 +311,19 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
             fitted = load_reranker(str(export))
             fitted_cached = CachingReranker(fitted)
             fitted_obs = observe(fitted_cached, held, top_k, True, opts.progress, "held-out, fitted", factor)
-            fitted_chosen, fitted_objective = calibrate_on(fitted_obs, opts.precision, opts.min_recall)
+            fitted_chosen, _ = calibrate_on(fitted_obs, opts.precision, opts.min_recall)
             figures["fitted"] = figures_of(name, fitted_obs, fitted_chosen)
             before, after = figures["base"].aucs(), figures["fitted"].aucs()
             keep, ahead = keep_fitted(base_obs, fitted_obs, opts.seed)
             training["ahead_in_resamples"] = round(ahead, 3)
             if keep:
                 kept, kept_cached, kept_obs, kept_name = fitted, fitted_cached, fitted_obs, name
-                chosen, objective, calibration_obs = fitted_chosen, fitted_objective, fitted_obs
+                calibration_obs = fitted_obs
                 grader_dir = tmp / "grader"
                 shutil.copytree(export, grader_dir)
+                if pseudo:  # the label-free prior, in the fitted grader's scores
+                    pseudo_obs = observe(fitted_cached, pseudo, top_k, True, opts.progress, "pseudo, fitted", factor)
+                    label_free = draw_alone(pseudo_obs, draw, opts.seed, "label-free")
             else:
                 shutil.copytree(export, tmp / "rejected-grader")
                 # the base never saw the fit part either: every question calibrates it
@@ -282,15 +334,54 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
                         base_cached, calibrated_on[len(held) :], top_k, True, opts.progress, "fit part, base", factor
                     ),
                 ]
-                chosen, objective = calibrate_on(calibration_obs, opts.precision, opts.min_recall)
                 notes.append(
                     f"The fitted grader did not beat the base on the held-out part clearly enough (AUCs {_fmt(after)} "
                     f"vs {_fmt(before)}; ahead in {ahead:.0%} of {BOOTSTRAP_ROUNDS} resamples of the held-out "
                     f"questions, {KEEP_CONFIDENCE:.0%} needed): the base grader is kept, its thresholds drawn on all "
                     f"{len(calibrated_on)} usable questions (the fitted one is in rejected-grader/, to inspect)."
                 )
-        curve = order_curve(kept_cached, calibrated_on, top_k, factor)
-        weight, weight_objective = choose_weight(curve)
+        if calibration_obs:
+            chosen, objective = calibrate_on(calibration_obs, opts.precision, opts.min_recall)
+            groups = {i.question.question: i.group for i in calibrated_on}
+            if label_free is not None:
+                prior, prior_draws, prior_name = label_free.thresholds, label_free.draws, "the label-free thresholds"
+            elif packaged is not None and kept is base:
+                prior = Thresholds(packaged.reranker_threshold, packaged.crag_upper, packaged.reader_threshold)
+                prior_draws, prior_name = [], "the packaged thresholds"
+            else:
+                prior, prior_draws, prior_name = None, [], ""
+            drawn = (
+                shrink(calibration_obs, prior, prior_draws, draw, groups, opts.seed, prior_name)
+                if prior is not None
+                else draw_alone(calibration_obs, draw, opts.seed, "the labels alone")
+            )
+            figures["kept, final thresholds"] = figures_of(kept_name, calibration_obs, drawn.thresholds)
+        else:
+            assert label_free is not None  # a fit has labels or pseudo-questions (checked above)
+            drawn, calibration_obs = label_free, pseudo_obs
+            objective = calibrate_on(pseudo_obs, opts.precision, opts.min_recall)[1]
+        chosen = drawn.thresholds
+        objective += f"; {drawn.objective}"
+        if calibrated_on:
+            curve = order_curve(kept_cached, calibrated_on, top_k, factor)
+            weight, weight_objective = choose_weight(curve)
+        else:  # pseudo-questions share their sentence's words: the first pass finds them too easily to judge it
+            curve = {}
+            weight = packaged.rerank_weight if packaged is not None else 1.0
+            weight_objective = "rerank_weight: the packaged value (a label-free fit leaves the candidate order)"
+        drawn_from = f"Postgres collection {opts.collection}" if opts.store else str(opts.index)
+        if items:
+            data = (
+                f"{labels.name if labels else ''}: calibrated on {len(calibrated_on)} of {len(items)} labelled "
+                f"questions ({'held out from the fine-tune' if grader_dir else 'the grader trained on none of them'})"
+                + (f" and {len(pseudo)} pseudo-questions" if pseudo else "")
+                + f" over {drawn_from}, seed {opts.seed}; classes answerable, gold removed, unanswerable"
+            )
+        else:
+            data = (
+                f"label-free: {len(pseudo)} pseudo-questions made from {drawn_from} ({_kinds(opts)}), "
+                f"seed {opts.seed}; classes answerable, gold removed (the sentence that states the answer cut out)"
+            )
         calibration = Calibration(
             reranker_model=kept_name,
             reranker_threshold=round(chosen.lower, 6),
@@ -298,16 +389,14 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
             reader_threshold=None if chosen.reader is None else round(chosen.reader, 6),
             rerank_weight=weight,
             condition_factor=factor,
-            data=f"{opts.questions.name}: calibrated on {len(calibrated_on)} of {len(items)} labelled questions "
-            f"({'held out from the fine-tune' if grader_dir else 'the grader trained on none of them'}) over "
-            f"{f'Postgres collection {opts.collection}' if opts.store else opts.index}, seed {opts.seed}; "
-            f"classes answerable, gold removed, unanswerable",
+            data=data,
             sample=CalibrationSample(
-                questions=opts.questions.name,
-                classes=["answerable", "gold_removed", "unanswerable"],
+                questions=labels.name if labels else None,
+                classes=["answerable", "gold_removed", "unanswerable"] if items else ["answerable", "gold_removed"],
                 seed=opts.seed,
                 labelled=len(items),
                 calibrated_on=len(calibrated_on),
+                pseudo=len(pseudo),
             ),
             objective=f"{objective}; {weight_objective}; {factor_objective}",
             created=dt.date.today().isoformat(),
@@ -315,6 +404,8 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
                 "questions": counts | {"calibrated_on": len(calibrated_on)},
                 "embedder": embedder,
                 "held_out": {k: figures_record(v) for k, v in figures.items()},
+                "intervals": drawn.intervals,
+                "shrinkage": None if drawn.weight is None else {"labels_weight": drawn.weight, "cv": drawn.cv},
                 "fitted_grader_kept": kept is not base,
                 "ndcg@10_by_rerank_weight": {f"{w:.1f}": v for w, v in curve.items()},
                 "auc_by_condition_factor": {f"{f:g}": v for f, v in factors.items()},
@@ -327,12 +418,21 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
             "".join(
                 json.dumps({"question": o.question, "kind": o.kind, "top_score": o.top_score, "span": o.span_score})
                 + "\n"
-                for o in calibration_obs
+                for o in [*calibration_obs, *(pseudo_obs if calibration_obs is not pseudo_obs else [])]
             ),
         )
         from fastcrag.fitting.report import write_report  # matplotlib loads only to draw the report
 
-        write_report(tmp, opts, counts, figures, base_obs, kept_obs if kept is not base else None, calibration, notes)
+        write_report(
+            tmp,
+            opts,
+            counts,
+            figures,
+            base_obs or pseudo_obs,
+            kept_obs if kept is not base else None,
+            calibration,
+            notes,
+        )
         _replace_folder(tmp, opts.out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -351,6 +451,23 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
         notes.append(f"Installed into {where}: `ask`, `serve` and `build_graph()` use it without settings.")
     log(f"done in {time.perf_counter() - started:.0f} s")
     return FitResult(opts.out, calibration, kept is not base, figures, counts, env, notes)
+
+
+def _kinds(opts: FitOptions) -> str:
+    return ", ".join(opts.pseudo_kinds)
+
+
+def _pseudo_items(
+    opts: FitOptions, store: Any, retriever: HybridRetriever, top_k: int, log: Callable[[str], None]
+) -> list[Labelled]:
+    """The pseudo-questions of the fit, first-passed and labelled (none with `--pseudo 0`)."""
+    if not opts.pseudo:
+        return []
+    made = make_pseudo_questions(
+        store.sample_chunks(SAMPLE_FACTOR * opts.pseudo), opts.pseudo, opts.seed, opts.pseudo_kinds
+    )
+    log(f"{len(made)} pseudo-questions made from the index ({_kinds(opts)})")
+    return pseudo_first_pass(retriever, made, top_k, opts.progress)
 
 
 def _fmt(values: Sequence[float]) -> str:

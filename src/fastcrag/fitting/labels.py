@@ -37,6 +37,9 @@ class Labelled:
     candidates: list[Candidate]
     group: str = ""
     held_out: bool = False
+    near_miss: list[Candidate] | None = None
+    """The gold-removed view when it is not the candidates without evidence (a pseudo-question's: its evidence chunks
+    with the sentence that states the answer cut out), in first-pass order."""
 
     def answerable_view(self, top_k: int) -> list[Candidate]:
         """What the graph grades for this question: the first `top_k` candidates."""
@@ -44,6 +47,8 @@ class Labelled:
 
     def gold_removed_view(self, top_k: int) -> list[Candidate]:
         """What the graph would grade with the evidence out of the index: the first `top_k` without evidence."""
+        if self.near_miss is not None:
+            return self.near_miss[:top_k]
         return [c for c in self.candidates if not c.evidence][:top_k]
 
     def retrieved(self, top_k: int) -> bool:

@@ -115,21 +115,24 @@ def write_report(
     lines = [
         "# fastcrag fit report",
         "",
-        f"Questions: `{opts.questions}`; index: `{opts.index or 'Postgres collection ' + opts.collection}`; "
-        f"created {cal.created}; seed {opts.seed}.",
+        f"Questions: {f'`{opts.questions}`' if opts.questions else 'none (a label-free fit)'}; "
+        f"{counts.get('pseudo_questions', 0)} pseudo-questions made from the index; "
+        f"index: `{opts.index or 'Postgres collection ' + opts.collection}`; created {cal.created}; seed {opts.seed}.",
         "",
         "| questions | count |",
         "|---|---|",
         *(f"| {k.replace('_', ' ')} | {v} |" for k, v in counts.items()),
         "",
         (
-            "Held-out part (questions of other source documents than the fit part)."
+            "Measured on the held-out part (questions of other source documents than the fit part)."
             if opts.train
-            else "Every question (nothing is trained with `--no-train`, so none is held out: all of them calibrate)."
+            else "Measured on every labelled question (nothing is trained, so none is held out)."
+            if opts.questions
+            else "Measured on the pseudo-questions: a sentence of a sampled chunk asked about, its evidence every "
+            "candidate holding that sentence; their twin (gold removed) is the same candidates with the sentence cut."
         )
         + " Classes: answerable (evidence retrieved), gold removed (the same question with its evidence taken out of "
-        f"the candidates), unanswerable (labelled so). Thresholds are calibrated on it at abstention precision "
-        f"{opts.precision}.",
+        f"the candidates), unanswerable (labelled so). Thresholds are drawn at abstention precision {opts.precision}.",
         "",
         "| grader and thresholds | AUC answerable vs gold removed | AUC vs unanswerable | reranker_threshold | "
         "crag_upper | reader_threshold | abstention precision | abstention recall | answerable answered |",
@@ -149,6 +152,10 @@ def write_report(
         "check; mean AUC of the top chunk score, the base grader):",
         "",
         *_curve_table("condition_factor", "mean AUC", factors),
+        "",
+        "Each threshold's bootstrap interval (5-95%, questions resampled with their views, the draw redone): "
+        + "; ".join(f"{k} {v[0]}-{v[1]}" for k, v in (cal.metrics.get("intervals") or {}).items() if v)
+        + ".",
         "",
         f"Objective: {cal.objective}.",
         "",

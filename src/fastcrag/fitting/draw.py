@@ -1,0 +1,163 @@
+"""Thresholds for few labels: cross-validated shrinkage toward a prior, and bootstrap intervals for every draw.
+
+With a few dozen labels, thresholds drawn on one split swing with the split. So the labelled draw is pulled toward a
+prior (the label-free draw on pseudo-questions, or the packaged thresholds) by a weight chosen by cross-validation
+over the labels: each fold's thresholds are drawn on the other folds, blended with the prior, and judged on the fold
+by the truthfulness they would give with a reader that is always right. Each threshold comes with its bootstrap
+interval (questions resampled with their views, the draw redone).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fastcrag.fitting.calibrate import Observation, declines
+from fastcrag.fitting.measure import Thresholds
+
+WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)
+"""The labels' share tried in the blend with the prior (0: the prior alone; 1: the labels alone)."""
+FOLDS = 5
+INTERVAL_ROUNDS = 200
+INTERVAL = (5.0, 95.0)
+"""The percentiles of a threshold's bootstrap interval."""
+
+Draw = Callable[[Sequence[Observation]], Thresholds]
+
+
+@dataclass
+class Drawn:
+    """Thresholds, how they were drawn, and each one's bootstrap interval."""
+
+    thresholds: Thresholds
+    objective: str
+    intervals: dict[str, tuple[float, float] | None] = field(default_factory=dict)
+    cv: dict[str, float] = field(default_factory=dict)
+    weight: float | None = None
+    draws: list[Thresholds] = field(default_factory=list)
+    """The bootstrap draws the intervals were read from."""
+
+
+def utility(obs: Sequence[Observation], t: Thresholds) -> float:
+    """Mean truthfulness at `t` with a reader that is always right.
+
+    +1 for a view to answer that is answered, -1 for a view to decline that is answered, 0 for a declined one.
+    """
+    if not obs:
+        return 0.0
+    return sum((1 if o.kind == "answerable" else -1) for o in obs if not declines(o, t.lower, t.reader)) / len(obs)
+
+
+def blend(labelled: Thresholds, prior: Thresholds, weight: float) -> Thresholds:
+    """`weight` of the labelled thresholds and the rest of the prior's.
+
+    A reader floor only one side has is that side's when it weighs at least half.
+    """
+
+    def mix(a: float, b: float) -> float:
+        return weight * a + (1 - weight) * b
+
+    if labelled.reader is not None and prior.reader is not None:
+        reader: float | None = mix(labelled.reader, prior.reader)
+    else:
+        reader = labelled.reader if weight >= 0.5 else prior.reader
+    lower = mix(labelled.lower, prior.lower)
+    return Thresholds(lower, max(lower, mix(labelled.upper, prior.upper)), reader)
+
+
+def _questions(obs: Sequence[Observation]) -> dict[str, list[Observation]]:
+    grouped: dict[str, list[Observation]] = {}
+    for o in obs:
+        grouped.setdefault(o.question, []).append(o)
+    return grouped
+
+
+def _both_kinds(obs: Sequence[Observation]) -> bool:
+    return any(o.kind == "answerable" for o in obs) and any(o.kind != "answerable" for o in obs)
+
+
+def intervals(obs: Sequence[Observation], draw: Draw, seed: int, rounds: int = INTERVAL_ROUNDS) -> list[Thresholds]:
+    """The draw redone on `rounds` bootstrap resamples of the questions (each with all its views)."""
+    groups = list(_questions(obs).values())
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(rounds):
+        sample = [o for i in rng.integers(0, len(groups), len(groups)) for o in groups[i]]
+        if _both_kinds(sample):
+            out.append(draw(sample))
+    return out
+
+
+def percentile_intervals(draws: Sequence[Thresholds]) -> dict[str, tuple[float, float] | None]:
+    """Each threshold's `INTERVAL` over bootstrap draws (None for a reader floor some draws lack)."""
+
+    def span(values: Sequence[float | None]) -> tuple[float, float] | None:
+        if not values or any(v is None for v in values):
+            return None
+        lo, hi = np.percentile(np.asarray(values, dtype=float), INTERVAL)
+        return round(float(lo), 4), round(float(hi), 4)
+
+    return {
+        "reranker_threshold": span([d.lower for d in draws]),
+        "crag_upper": span([d.upper for d in draws]),
+        "reader_threshold": span([d.reader for d in draws]),
+    }
+
+
+def draw_alone(obs: Sequence[Observation], draw: Draw, seed: int, what: str) -> Drawn:
+    """The thresholds drawn on `obs`, with their bootstrap intervals."""
+    draws = intervals(obs, draw, seed)
+    return Drawn(draw(obs), what, percentile_intervals(draws), draws=draws)
+
+
+def _fold_of(question: str, groups: dict[str, str], folds: int, seed: int) -> int:
+    key = groups.get(question, question)
+    return int(hashlib.sha1(f"{seed}:{key}".encode()).hexdigest(), 16) % folds
+
+
+def shrink(
+    labelled: Sequence[Observation],
+    prior: Thresholds,
+    prior_draws: Sequence[Thresholds],
+    draw: Draw,
+    groups: dict[str, str],
+    seed: int,
+    prior_name: str,
+) -> Drawn:
+    """The labelled draw blended with `prior`, the labels' weight chosen by `FOLDS`-fold cross-validation.
+
+    Folds hold whole groups (a source document's questions). Ties go to the smaller weight: labels must show that
+    they do better than the prior on questions they were not drawn on. `prior_draws` are the prior's bootstrap draws
+    (empty for a fixed prior), blended with the labelled draw's own for the intervals.
+    """
+    folds = min(FOLDS, len({groups.get(q, q) for q in _questions(labelled)}))
+    totals = dict.fromkeys(WEIGHTS, 0.0)
+    judged = 0
+    for k in range(folds):
+        test = [o for o in labelled if _fold_of(o.question, groups, folds, seed) == k]
+        train = [o for o in labelled if _fold_of(o.question, groups, folds, seed) != k]
+        if not test or not _both_kinds(train):
+            continue
+        drawn = draw(train)
+        judged += len(test)
+        for w in WEIGHTS:
+            totals[w] += utility(test, blend(drawn, prior, w)) * len(test)
+    cv = {f"{w:g}": round(v / judged, 4) for w, v in totals.items()} if judged else {}
+    weight = max(WEIGHTS, key=lambda w: (round(totals[w], 9), -w)) if judged else 1.0
+    own = draw(labelled)
+    own_draws = intervals(labelled, draw, seed)
+    prior_draws = list(prior_draws) or [prior]
+    blended = [blend(d, prior_draws[i % len(prior_draws)], weight) for i, d in enumerate(own_draws)]
+    return Drawn(
+        blend(own, prior, weight),
+        f"the labelled draw blended with {prior_name} at the labels' weight {weight:g}, chosen by {folds}-fold "
+        f"cross-validation over the labels (folds by source) among {', '.join(f'{w:g}' for w in WEIGHTS)}: mean "
+        f"truthfulness with an always-right reader on the held-out folds {cv}",
+        percentile_intervals(blended),
+        cv,
+        weight,
+        blended,
+    )
