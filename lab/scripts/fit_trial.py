@@ -38,7 +38,8 @@ Corpora and their near misses (a near-miss question's evidence is taken out of t
 - medquad: MedQuAD (the sources whose answers are published), a seeded sample of `--sample` foci (default 300) with
   at least two answered question types, no two sharing a focus name or UMLS concept (so no other focus answers the
   same question). A document per answer, titled with its focus; the near miss's answer document goes whole, the
-  focus's other answers (its other question types) stay.
+  focus's other answers (its other question types) stay. Not airtight: an overview answer of the focus sometimes
+  restates part of the removed one (its symptoms, its inheritance), and an answer quoting it still counts as wrong.
 - selqa: SelQA answer-sentence selection (dev and test), a document per Wikipedia section (titled article: section;
   a seeded sample of `--sample` sections when given); the near miss's section stays without its answer sentences
   (only when at least two of its sentences remain).
