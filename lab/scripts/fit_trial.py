@@ -20,11 +20,11 @@ Steps: pick the questions (seeded; `--fit` to fit on, `--test` to ask, half of w
 corpus as text files and index it with `fastcrag index`, run the fits of the chosen rows, then ask every test
 question through the graph under each row. Writes `trial.md` and `trial.json` (with every answer's record).
 
-Rows (`--rows`, default all): `base` (the packaged calibration, or FASTRAG_CALIBRATION); `notrain` (`fit --no-train`
-on the --fit labelled questions); `labelfree` (`fit --no-train` without `--questions`: the fit makes its own
-pseudo-questions); `pseudo` (`fit --no-train --pseudo 200` on the labelled questions); `plain` (plain RAG at the base
-calibration: no grading, no abstention); `train` (`fit --minutes M`, with --minutes) and `naming` (with --naming). A
-fit that fails (a mode `fastcrag fit` does not have yet) skips its row with a message instead of ending the trial.
+Rows (`--rows`, default all): `base` (the packaged calibration, or FASTRAG_CALIBRATION); `notrain` (`fit` on the
+--fit labelled questions alone, `--pseudo 0`); `labelfree` (`fit` without `--questions`: the fit makes its own
+pseudo-questions); `pseudo` (`fit --pseudo 200` on the labelled questions: labels and pseudo-questions together);
+`plain` (plain RAG at the base calibration: no grading, no abstention); `train` (`fit --train --minutes M`) and
+`naming` (with --naming). A fit that fails skips its row with a message instead of ending the trial.
 
 Columns: abstention precision (the share of declined questions that were near misses), abstention recall (the share
 of near misses declined), answerable answered, answerable answered right, and truthfulness (the mean over every
@@ -584,12 +584,12 @@ def ask_all(
 
 ROW_LABELS = {
     "base": "base calibration (FASTRAG_CALIBRATION or packaged)",
-    "notrain": "fit --no-train (labels)",
-    "labelfree": "fit --no-train, no labels",
-    "pseudo": f"fit --no-train, labels + {PSEUDO} pseudo",
+    "notrain": "fit on the labels alone (--pseudo 0)",
+    "labelfree": "fit without labels",
+    "pseudo": f"fit on the labels + {PSEUDO} pseudo-questions",
     "plain": "plain RAG (base calibration)",
     "train": "fit --minutes M (labels)",
-    "naming": "fit --no-train, labels naming a condition",
+    "naming": "fit on labels naming a condition",
 }
 DEFAULT_ROWS = ("base", "notrain", "labelfree", "pseudo", "plain")
 
@@ -682,15 +682,15 @@ def _fits(
         if row in ("base", "plain"):
             fits[row] = None
         elif row == "notrain":
-            runs.append((row, out / "fit-notrain", ["--questions", str(labels), "--no-train"], True))
+            runs.append((row, out / "fit-notrain", ["--questions", str(labels), "--pseudo", "0"], True))
         elif row == "labelfree":
-            runs.append((row, out / "fit-labelfree", ["--no-train"], False))
+            runs.append((row, out / "fit-labelfree", [], False))
         elif row == "pseudo":
-            runs.append(
-                (row, out / "fit-pseudo", ["--questions", str(labels), "--no-train", "--pseudo", str(PSEUDO)], False)
-            )
+            runs.append((row, out / "fit-pseudo", ["--questions", str(labels), "--pseudo", str(PSEUDO)], False))
         elif row == "train":
-            runs.append((row, out / "fit-train", ["--questions", str(labels), "--minutes", str(a.minutes)], True))
+            runs.append(
+                (row, out / "fit-train", ["--questions", str(labels), "--train", "--minutes", str(a.minutes)], True)
+            )
         elif row == "naming":
             naming = [
                 q
@@ -700,7 +700,9 @@ def _fits(
                 and any(_norm(x) in _norm(corpus.get(q.doc, "")) for x in q.answers)
             ]
             write_questions(out / "fit-naming.jsonl", [*naming, *fit_qs[: max(0, a.fit - len(naming))]])
-            runs.append((row, out / "fit-naming", ["--questions", str(out / "fit-naming.jsonl"), "--no-train"], True))
+            runs.append(
+                (row, out / "fit-naming", ["--questions", str(out / "fit-naming.jsonl"), "--pseudo", "0"], True)
+            )
     for row, folder, extra, required in runs:
         if not (folder / "calibration.json").is_file():
             cmd = [sys.executable, "-m", "fastcrag.cli", "fit", "--index", str(index), "--out", str(folder), "--quiet"]

@@ -33,6 +33,7 @@ class Observation:
     strip_chunk: str  # chunk holding the best-scoring sentence strip among the refined candidates
     span_score: float | None = None  # the reader's best span score over the top `read_k` chunks
     question: str = ""  # the question observed (a question's views are resampled together)
+    top_evidence: bool | None = None  # whether the best-graded candidate is evidence (None: not known)
 
 
 FACTORS = (1.0, 0.75, 0.5, 0.25, 0.0)

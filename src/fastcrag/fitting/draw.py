@@ -3,8 +3,8 @@
 With a few dozen labels, thresholds drawn on one split swing with the split. So the labelled draw is pulled toward a
 prior (the label-free draw on pseudo-questions, or the packaged thresholds) by a weight chosen by cross-validation
 over the labels: each fold's thresholds are drawn on the other folds, blended with the prior, and judged on the fold
-by the truthfulness they would give with a reader that is always right. Each threshold comes with its bootstrap
-interval (questions resampled with their views, the draw redone).
+by the truthfulness they would give, an answer counted right when its best-graded passage is evidence. Each threshold
+comes with its bootstrap interval (questions resampled with their views, the draw redone).
 """
 
 from __future__ import annotations
@@ -42,13 +42,19 @@ class Drawn:
 
 
 def utility(obs: Sequence[Observation], t: Thresholds) -> float:
-    """Mean truthfulness at `t` with a reader that is always right.
+    """Mean truthfulness at `t`, an answer counted right when it comes from evidence.
 
-    +1 for a view to answer that is answered, -1 for a view to decline that is answered, 0 for a declined one.
+    +1 for a view to answer that is answered from its best-graded candidate when that is evidence (or not known), -1
+    when it is not (the answer would rest on the wrong passage), -1 for a view to decline that is answered, 0 for a
+    declined one.
     """
     if not obs:
         return 0.0
-    return sum((1 if o.kind == "answerable" else -1) for o in obs if not declines(o, t.lower, t.reader)) / len(obs)
+    return sum(
+        (1 if o.kind == "answerable" and o.top_evidence is not False else -1)
+        for o in obs
+        if not declines(o, t.lower, t.reader)
+    ) / len(obs)
 
 
 def blend(labelled: Thresholds, prior: Thresholds, weight: float) -> Thresholds:
@@ -155,7 +161,7 @@ def shrink(
         blend(own, prior, weight),
         f"the labelled draw blended with {prior_name} at the labels' weight {weight:g}, chosen by {folds}-fold "
         f"cross-validation over the labels (folds by source) among {', '.join(f'{w:g}' for w in WEIGHTS)}: mean "
-        f"truthfulness with an always-right reader on the held-out folds {cv}",
+        f"truthfulness on the held-out folds (an answer right when its best-graded passage is evidence) {cv}",
         percentile_intervals(blended),
         cv,
         weight,

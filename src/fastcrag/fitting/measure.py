@@ -90,7 +90,12 @@ def observe(
                 else None
             )
             span_score = read_score(grader, q.question, [c.text for _, c in ranked])
-            out.append(Observation(kind, ranked[0][0], top_chunk, strip_chunk or top_chunk, span_score, q.question))
+            top = ranked[0][1]
+            out.append(
+                Observation(
+                    kind, ranked[0][0], top_chunk, strip_chunk or top_chunk, span_score, q.question, top.evidence
+                )
+            )
     return out
 
 
