@@ -255,6 +255,6 @@ def test_summary_over_trial_folders(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert out.startswith("| corpus")
     assert "| medquad (2 + 2) | plain RAG (base calibration) | 0.50 | 0.50 | 0.50 | 0.50 | 0.00 |" in out
     assert "| trial-old (2 + 2) | packaged |" in out
-    assert "fit --no-train, no labels skipped (fit failed)" in out
+    assert "fit without labels skipped (fit failed)" in out
     with pytest.raises(SystemExit, match=r"no trial\.json"):
         ft.main(["summary", str(tmp_path)])
