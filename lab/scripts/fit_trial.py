@@ -20,10 +20,11 @@ Steps: pick the questions (seeded; `--fit` to fit on, `--test` to ask, half of w
 corpus as text files and index it with `fastcrag index`, run the fits of the chosen rows, then ask every test
 question through the graph under each row. Writes `trial.md` and `trial.json` (with every answer's record).
 
-Rows (`--rows`, default all): `base` (the packaged calibration, or FASTRAG_CALIBRATION); `notrain` (`fit` on the
+Rows (`--rows`; default base, notrain, labelfree, pseudo, plain): `base` (the packaged calibration, or FASTRAG_CALIBRATION); `notrain` (`fit` on the
 --fit labelled questions alone, `--pseudo 0`); `labelfree` (`fit` without `--questions`: the fit makes its own
 pseudo-questions); `pseudo` (`fit --pseudo 200` on the labelled questions: labels and pseudo-questions together);
-`plain` (plain RAG at the base calibration: no grading, no abstention); `train` (`fit --train --minutes M`) and
+`plain` (plain RAG at the base calibration: no grading, no abstention); `ict` (label-free, inverse-cloze
+pseudo-questions: `--pseudo-kinds ict`); `train` (`fit --train --minutes M`) and
 `naming` (with --naming). A fit that fails skips its row with a message instead of ending the trial.
 
 Columns: abstention precision (the share of declined questions that were near misses), abstention recall (the share
@@ -586,6 +587,7 @@ ROW_LABELS = {
     "base": "base calibration (FASTRAG_CALIBRATION or packaged)",
     "notrain": "fit on the labels alone (--pseudo 0)",
     "labelfree": "fit without labels",
+    "ict": "fit without labels, inverse-cloze pseudo-questions",
     "pseudo": f"fit on the labels + {PSEUDO} pseudo-questions",
     "plain": "plain RAG (base calibration)",
     "train": "fit --minutes M (labels)",
@@ -685,6 +687,8 @@ def _fits(
             runs.append((row, out / "fit-notrain", ["--questions", str(labels), "--pseudo", "0"], True))
         elif row == "labelfree":
             runs.append((row, out / "fit-labelfree", [], False))
+        elif row == "ict":
+            runs.append((row, out / "fit-ict", ["--pseudo-kinds", "ict"], False))
         elif row == "pseudo":
             runs.append((row, out / "fit-pseudo", ["--questions", str(labels), "--pseudo", str(PSEUDO)], False))
         elif row == "train":
