@@ -20,12 +20,13 @@ Steps: pick the questions (seeded; `--fit` to fit on, `--test` to ask, half of w
 corpus as text files and index it with `fastcrag index`, run the fits of the chosen rows, then ask every test
 question through the graph under each row. Writes `trial.md` and `trial.json` (with every answer's record).
 
-Rows (`--rows`; default base, notrain, labelfree, pseudo, plain): `base` (the packaged calibration, or FASTRAG_CALIBRATION); `notrain` (`fit` on the
---fit labelled questions alone, `--pseudo 0`); `labelfree` (`fit` without `--questions`: the fit makes its own
-pseudo-questions); `pseudo` (`fit --pseudo 200` on the labelled questions: labels and pseudo-questions together);
-`plain` (plain RAG at the base calibration: no grading, no abstention); `ict` (label-free, inverse-cloze
-pseudo-questions: `--pseudo-kinds ict`); `train` (`fit --train --minutes M`) and
-`naming` (with --naming). A fit that fails skips its row with a message instead of ending the trial.
+Rows (`--rows`; default base, notrain, labelfree, pseudo, plain): `base` (the packaged calibration, or
+FASTRAG_CALIBRATION); `notrain` (`fit` on the --fit labelled questions alone, `--pseudo 0`); `labelfree` (`fit`
+without `--questions`: the fit makes its own pseudo-questions); `pseudo` (`fit --pseudo 200` on the labelled
+questions: labels and pseudo-questions together); `plain` (plain RAG at the base calibration: no grading, no
+abstention); `ict` (label-free, inverse-cloze pseudo-questions: `--pseudo-kinds ict`); `train` (`fit --train
+--minutes M`) and `naming` (with --naming). A fit that fails skips its row with a message instead of ending the
+trial.
 
 Columns: abstention precision (the share of declined questions that were near misses), abstention recall (the share
 of near misses declined), answerable answered, answerable answered right, and truthfulness (the mean over every
