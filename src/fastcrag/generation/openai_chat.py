@@ -87,7 +87,9 @@ class OpenAICompatibleChat(ChatOpenAI):
 
 
 def openai_chat_model(model: str, max_tokens: int, timeout: float | None) -> OpenAICompatibleChat:
-    """`model` on OpenAI's API, or on the server `OPENAI_BASE_URL` names; no retries, so `timeout` bounds a call.
+    """`model` on OpenAI's API, or on the server `OPENAI_BASE_URL` names, at temperature 0.
+
+    No retries, so `timeout` bounds a call.
 
     Raises:
         ValueError: no API key (`OPENAI_API_KEY`; any value for a local server that does not check it).
@@ -98,4 +100,5 @@ def openai_chat_model(model: str, max_tokens: int, timeout: float | None) -> Ope
             f"openai:{model} needs OPENAI_API_KEY (the server is {where}; a local server that checks no key takes "
             "any value, e.g. OPENAI_API_KEY=none)"
         )
-    return OpenAICompatibleChat(model=model, max_tokens=max_tokens, timeout=timeout, max_retries=0)
+    # temperature 0, as the in-process model: an answer grounded in passages is not a place for sampling
+    return OpenAICompatibleChat(model=model, max_tokens=max_tokens, timeout=timeout, max_retries=0, temperature=0.0)
