@@ -53,6 +53,7 @@ from fastcrag.retrieval.store import IndexLoadError
 
 PSEUDO_QUESTIONS = 200
 """Pseudo-questions a fit makes from the index (the label-free thresholds, and the prior of a labelled fit)."""
+LABEL_FREE = "thresholds drawn on the pseudo-questions alone (label-free)"
 MIN_PSEUDO = 20
 """A label-free fit needs at least this many pseudo-questions with their sentence retrieved."""
 
@@ -274,15 +275,17 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
         factors = condition_curve(views)
         factor, factor_objective = choose_condition_factor(factors, views, base_factor)
 
+        def rule(obs: Sequence[Observation]) -> tuple[Thresholds, str]:
+            return calibrate_on(obs, opts.precision, opts.min_recall)
+
         def draw(obs: Sequence[Observation]) -> Thresholds:
-            return calibrate_on(obs, opts.precision, opts.min_recall)[0]
+            return rule(obs)[0]
 
         pseudo_obs = observe(base_cached, pseudo, top_k, True, opts.progress, "pseudo-questions, base", factor)
-        label_free = draw_alone(pseudo_obs, draw, opts.seed, "label-free") if pseudo_obs else None
+        label_free = draw_alone(pseudo_obs, draw, opts.seed, LABEL_FREE) if pseudo_obs else None
         base_obs = observe(base_cached, held, top_k, True, opts.progress, "labelled, base", factor) if held else []
         measured_on = base_obs or pseudo_obs  # the figures are measured on the labels when there are any
-        chosen, objective = calibrate_on(measured_on, opts.precision, opts.min_recall)
-        figures = {"base": figures_of(base.name, measured_on, chosen if items else None)}
+        figures = {"base": figures_of(base.name, measured_on, draw(measured_on) if items else None)}
         if packaged is not None:
             packaged_obs = (
                 measured_on
@@ -316,8 +319,7 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
             fitted = load_reranker(str(export))
             fitted_cached = CachingReranker(fitted)
             fitted_obs = observe(fitted_cached, held, top_k, True, opts.progress, "held-out, fitted", factor)
-            fitted_chosen, _ = calibrate_on(fitted_obs, opts.precision, opts.min_recall)
-            figures["fitted"] = figures_of(name, fitted_obs, fitted_chosen)
+            figures["fitted"] = figures_of(name, fitted_obs, draw(fitted_obs))
             before, after = figures["base"].aucs(), figures["fitted"].aucs()
             keep, ahead = keep_fitted(base_obs, fitted_obs, opts.seed)
             training["ahead_in_resamples"] = round(ahead, 3)
@@ -328,7 +330,7 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
                 shutil.copytree(export, grader_dir)
                 if pseudo:  # the label-free prior, in the fitted grader's scores
                     pseudo_obs = observe(fitted_cached, pseudo, top_k, True, opts.progress, "pseudo, fitted", factor)
-                    label_free = draw_alone(pseudo_obs, draw, opts.seed, "label-free")
+                    label_free = draw_alone(pseudo_obs, draw, opts.seed, LABEL_FREE)
             else:
                 shutil.copytree(export, tmp / "rejected-grader")
                 # the base never saw the fit part either: every question calibrates it
@@ -346,7 +348,6 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
                     f"{len(calibrated_on)} usable questions (the fitted one is in rejected-grader/, to inspect)."
                 )
         if calibration_obs:
-            chosen, objective = calibrate_on(calibration_obs, opts.precision, opts.min_recall)
             groups = {i.question.question: i.group for i in calibrated_on}
             if label_free is not None:
                 prior, prior_draws, prior_name = label_free.thresholds, label_free.draws, "the label-free thresholds"
@@ -358,15 +359,14 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
             drawn = (
                 shrink(calibration_obs, prior, prior_draws, draw, groups, opts.seed, prior_name)
                 if prior is not None
-                else draw_alone(calibration_obs, draw, opts.seed, "the labels alone")
+                else draw_alone(calibration_obs, draw, opts.seed, "thresholds drawn on the labels alone")
             )
             figures["kept, final thresholds"] = figures_of(kept_name, calibration_obs, drawn.thresholds)
         else:
             assert label_free is not None  # a fit has labels or pseudo-questions (checked above)
             drawn, calibration_obs = label_free, pseudo_obs
-            objective = calibrate_on(pseudo_obs, opts.precision, opts.min_recall)[1]
         chosen = drawn.thresholds
-        objective += f"; {drawn.objective}"
+        objective = f"{rule(calibration_obs)[1]}; {drawn.objective}"
         if calibrated_on:
             curve = order_curve(kept_cached, calibrated_on, top_k, factor)
             weight, weight_objective = choose_weight(curve)
