@@ -23,6 +23,7 @@ from fastcrag.fitting.pseudo import (
     cut_sentence,
     make_pseudo_questions,
     pseudo_first_pass,
+    twin_pairs,
 )
 from fastcrag.fitting.questions import FitError
 from fastcrag.retrieval.store import FaissStore
@@ -94,6 +95,11 @@ def test_first_pass_labels_the_sentence_and_cuts_it_for_the_twin() -> None:
     assert twin[1].text == "Mills. It has two stones."
     assert sentence not in ict_item.candidates[1].text and ict_item.candidates[1].evidence  # ict: the rest answers
     assert cloze_item.question.answers == ("1871",) and ict_item.question.answers == (sentence,)
+    # a fine-tune learns the evidence against its own twin: the same words around, the sentence gone
+    assert twin_pairs([cloze_item], top_k=3) == [
+        (cloze_item.question.question, docs[1].page_content, 1.0, "1871"),
+        (cloze_item.question.question, "Mills. It has two stones.", 0.0, ""),
+    ]
 
 
 def _obs(n: int, gap: float, seed: int, prefix: str = "q") -> list[Observation]:

@@ -38,7 +38,14 @@ from fastcrag.fitting.measure import (
     observe,
     order_curve,
 )
-from fastcrag.fitting.pseudo import DEFAULT_KINDS, KINDS, SAMPLE_FACTOR, make_pseudo_questions, pseudo_first_pass
+from fastcrag.fitting.pseudo import (
+    DEFAULT_KINDS,
+    KINDS,
+    SAMPLE_FACTOR,
+    make_pseudo_questions,
+    pseudo_first_pass,
+    twin_pairs,
+)
 from fastcrag.fitting.questions import (
     MIN_HELD_OUT,
     FitError,
@@ -306,7 +313,9 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
             if base_spec == BI_ENCODER or not (Path(base_spec) / "model.onnx").is_file():
                 raise FitError(f"the grader {base.name!r} cannot be fine-tuned here; leave out --train")
             pairs = training_pairs(fit_part, top_k)
-            counts["training_pairs"] = len(pairs)
+            twins = twin_pairs(pseudo, top_k)  # hard negatives: the evidence with its sentence cut
+            counts["training_pairs"], counts["pseudo_training_pairs"] = len(pairs), len(twins)
+            pairs += twins
             if not pairs:
                 raise FitError("the fit part gave no training pairs (no evidence retrieved); leave out --train")
             log(f"fine-tuning {base.name} on {len(pairs)} pairs (+ replay) for up to {opts.minutes:g} minutes")

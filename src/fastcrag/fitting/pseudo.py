@@ -164,3 +164,20 @@ def pseudo_first_pass(
         question = FitQuestion(0, p.question, answers=(p.answer or p.sentence,))
         out.append(Labelled(question, candidates, p.source, near_miss=twin))
     return out
+
+
+def twin_pairs(items: Sequence[Labelled], top_k: int) -> list[tuple[str, str, float, str]]:
+    """Training pairs from pseudo-questions: the best-ranked evidence chunk (1) and its twin (0).
+
+    The twin is that chunk with the sentence cut out: the same words around it, the answer gone, which is what the
+    grader must tell apart.
+    """
+    pairs: list[tuple[str, str, float, str]] = []
+    for item in items:
+        evidence = next((c for c in item.answerable_view(top_k) if c.evidence), None)
+        twin = next((c for c in item.near_miss or [] if evidence and c.chunk_id == evidence.chunk_id), None)
+        if evidence is None or twin is None:
+            continue
+        answer = item.question.answers[0] if item.question.answers[0] in evidence.text else ""
+        pairs += [(item.question.question, evidence.text, 1.0, answer), (item.question.question, twin.text, 0.0, "")]
+    return pairs
