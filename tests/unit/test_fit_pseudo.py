@@ -202,3 +202,28 @@ def test_a_label_free_fit_refuses_what_it_cannot_do(tmp_path: Path, prose_index:
     with pytest.raises(FitError, match="needs at least"):
         fit(FitOptions(None, tmp_path / "o", index=prose_index, pseudo=5, progress=False), log=print)
     assert not (tmp_path / "o").exists()
+
+
+def test_labels_are_blended_with_the_label_free_prior(tmp_path: Path, prose_index: Path) -> None:
+    rows = [{"question": f"When did the Kel{i}mar bridge open?", "answers": [str(1800 + 3 * i)]} for i in range(30)]
+    questions = tmp_path / "q.jsonl"
+    questions.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    result = fit(FitOptions(questions, tmp_path / "fit", index=prose_index, pseudo=40, progress=False), log=print)
+    cal = result.calibration
+    shrinkage = cal.metrics["shrinkage"]
+    assert shrinkage["labels_weight"] in (0.0, 0.25, 0.5, 0.75, 1.0) and set(shrinkage["cv"]) == {
+        "0",
+        "0.25",
+        "0.5",
+        "0.75",
+        "1",
+    }
+    assert "blended with the label-free thresholds" in cal.objective
+    assert cal.sample is not None and cal.sample.labelled == 30 and cal.sample.pseudo and cal.sample.pseudo > 20
+    assert {"base, label-free thresholds", "kept, final thresholds"} <= set(result.figures)
+    # both separate the evidence from its twin perfectly here: so does the blend, on the labels
+    final = result.figures["kept, final thresholds"].at_threshold
+    assert final["answerable_answered"] == 1.0 and final["abstention_recall"] == 1.0
+    without = fit(FitOptions(questions, tmp_path / "fit0", index=prose_index, pseudo=0, progress=False), log=print)
+    assert without.calibration.sample is not None and without.calibration.sample.pseudo == 0
+    assert "label-free" not in without.calibration.objective

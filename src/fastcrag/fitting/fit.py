@@ -262,6 +262,10 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
             f"{sum(i.question.answerable and i.retrieved(top_k) for i in items)} of "
             f"{sum(i.question.answerable for i in items)} answerable ones)"
         )
+    if items and len(pseudo) < MIN_PSEUDO:  # too few to draw a prior on: the labels go alone
+        if pseudo:
+            log(f"{len(pseudo)} pseudo-questions with their sentence retrieved: fewer than {MIN_PSEUDO}, not used")
+        pseudo = []
     if not items and len(pseudo) < MIN_PSEUDO:
         raise FitError(
             f"the index gave {len(pseudo)} pseudo-questions with their sentence retrieved; a label-free fit needs at "
