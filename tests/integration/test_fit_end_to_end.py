@@ -97,7 +97,7 @@ def test_fit_fine_tunes_within_its_budget(tmp_path: Path, corpus: Path, capsys: 
     rows = [json.loads(line) for line in q.read_text(encoding="utf-8").splitlines() if "sources" not in line]
     q.write_text("".join(json.dumps(r) + "\n" for r in rows * 2), encoding="utf-8")  # answers only, 36 lines
     out = tmp_path / "fit"
-    args = ["fit", "--questions", str(q), "--index", str(index), "--out", str(out), "--minutes", "0.3"]
+    args = ["fit", "--questions", str(q), "--index", str(index), "--out", str(out), "--train", "--minutes", "0.3"]
     assert main([*args, "--data-root", str(tmp_path / "no-shared-data"), "--quiet"]) == 0
     printed = capsys.readouterr().out
     report = (out / "report.md").read_text(encoding="utf-8")
@@ -131,3 +131,28 @@ def test_fit_on_a_postgres_collection_installs_in_its_record(
 
     bad = main(["fit", "--questions", str(q), "--store", postgres_url, "--collection", "nope", "--out", str(out)])
     assert bad == 2 and (out / "calibration.json").is_file()  # a failed run leaves the earlier output as it was
+
+
+def test_a_label_free_fit_on_the_real_grader_draws_its_thresholds_from_the_corpus(tmp_path: Path) -> None:
+    folder = tmp_path / "harbours"
+    folder.mkdir()
+    for i in range(40):
+        river, goods = RIVERS[i % len(RIVERS)], GOODS[(i * 5) % len(GOODS)]
+        name = f"Port {river} {i}"
+        (folder / f"port-{i}.md").write_text(
+            f"# {name}\n\n{name} is a harbour at the mouth of the river {river}, rebuilt in {1700 + 7 * i} "
+            "after a storm. "
+            f"Its quay handles {goods} and timber, shipped to the coastal towns every spring by the harbour board. "
+            f"The lighthouse of {name} was lit for the first time in {1800 + 3 * i} by the keeper's guild.\n",
+            encoding="utf-8",
+        )
+    index, out = tmp_path / "index", tmp_path / "fit"
+    assert main(["index", str(folder), "--index", str(index)]) == 0
+    assert main(["fit", "--index", str(index), "--out", str(out), "--pseudo", "40", "--quiet", "--install"]) == 0
+    cal = load_calibration(out / "calibration.json")
+    assert cal.sample is not None and cal.sample.labelled == 0 and (cal.sample.pseudo or 0) >= 20
+    assert cal.data.startswith("label-free") and cal.metrics["intervals"]["reranker_threshold"]
+    held = cal.metrics["held_out"]["base, label-free thresholds"]
+    # the real grader tells a sentence's evidence from its twin (the sentence cut): the thresholds decline twins
+    assert held["auc_answerable_vs_gold_removed"] > 0.8 and held["abstention_recall"] >= 0.5
+    assert Components(Settings(index_dir=index)).calibration().reranker_threshold == cal.reranker_threshold
