@@ -116,6 +116,7 @@ def test_confident_sentences_are_kept_without_active_retrieval() -> None:
     assert retriever.queries == [QUESTION] and len(chat.prompts) == 1
     # one non-streamed call with log-probabilities (servers return them only then)
     assert chat.calls[0]["logprobs"] is True and chat.calls[0]["stream"] is False
+    assert chat.calls[0]["top_logprobs"] == 1  # llama-cpp-python's server returns none without it
     assert [c["chunk_id"] for c in out["citations"]] == ["g1"]
 
 
@@ -234,6 +235,29 @@ def test_a_dropped_sentence_drafted_again_is_never_kept() -> None:
     assert [r["action"] for r in out["crag"]["flare"]] == ["drop", "add"]
     assert out["answer"] == "It was completed in 1889." and "aliens" not in out["answer"]
     assert out["crag"]["flare"][1]["rewritten"] == "It was completed in 1889." and len(chat.prompts) == 2
+
+
+class _VacuousQueries(ScriptedReranker):
+    """Grades the question by keyword; any other query (a sentence's) matches every passage, as a vacuous one does."""
+
+    def score(self, query: str, texts: Any) -> list[float]:
+        self.calls.append((query, list(texts)))
+        return [next((v for k, v in self.scores.items() if k in t), 0.05) if query == QUESTION else 0.95 for t in texts]
+
+
+@pytest.mark.parametrize(("found", "band"), [(BAD, "INCORRECT"), (FACT, "CORRECT")])
+def test_active_retrieval_evidence_must_also_answer_the_question(found: str, band: str) -> None:
+    chat = LogprobChat(drafts=[tokens("(1) It was built by aliens.", low=["aliens"]), tokens("It opened in 1889.")])
+    reranker = _VacuousQueries({"Eiffel": 0.9})
+    graph = build_graph(
+        retriever=ListRetriever(docs=[doc(GOOD, "g1")], by_query={"built": [doc(found, "x1")]}), reranker=reranker,
+        llm=chat, calibration=CAL, settings=Settings(mode="flare"),
+    )  # fmt: skip
+    out = graph.invoke({"question": QUESTION})
+    (entry,) = out["crag"]["flare"]
+    assert entry["query"] == "(1) It was built by" and entry["band"] == band
+    assert {q for q, _ in reranker.calls} == {QUESTION, "(1) It was built by"}  # graded against both
+    assert "aliens" not in out["answer"]
 
 
 def test_retrieval_cap_stops_writing_at_an_uncertain_sentence() -> None:
@@ -418,6 +442,15 @@ def test_sentences_carry_their_tokens() -> None:
     assert [s["text"] for s in sentences_of(text, pairs, cut=True)] == [found[0]["text"], found[1]["text"]]
 
 
+def test_echoed_delimiters_are_no_sentences() -> None:
+    text = "It is tall. </answer> <passages> It is old</answer>"
+    pairs = [(t, 0.9) for t in ["It", " is", " tall", ".", " </", "answer", ">", " <", "passages", ">", " It"]]
+    pairs += [(" is", 0.9), (" old", 0.9), ("</", 0.9), ("answer", 0.9), (">", 0.9)]
+    found = sentences_of(text, pairs)
+    assert [s["text"] for s in found] == ["It is tall.", "It is old"]
+    assert found[1]["tokens"] == [" It", " is", " old"]
+
+
 def test_masking_every_word_searches_the_sentence() -> None:
     (sentence,) = sentences_of("Odd words.", [("Odd", 0.1), (" words", 0.1), (".", 0.9)])
     assert masked_query(sentence, 0.5) == "Odd words."
@@ -433,3 +466,30 @@ def test_token_probabilities_are_read_from_openai_style_metadata() -> None:
         token_probs(AIMessage("Hi"))
     writer = FlareWriter(LogprobChat(drafts=[tokens("A b c.")]))
     assert [s["text"] for s in writer.draft("q", [{"text": "p", "source": "s"}], [])] == ["A b c."]
+
+
+def test_the_in_process_model_records_each_sampled_tokens_probability() -> None:
+    """llama.cpp's logits processor: each call's logits price the token the next call shows as sampled."""
+    import math
+
+    import numpy as np
+
+    from fastcrag.generation.chat import _TokenLogprobs
+
+    class Detokenizer:
+        def detokenize(self, ids: list[int], prev_tokens: list[int] | None = None) -> bytes:
+            return {2: b" two", 0: b" zero"}[ids[0]]
+
+    recorder = _TokenLogprobs()
+    step = np.array([0.0, 1.0, 2.0])
+    assert recorder([7, 8, 9], step) is step  # the prompt's last position: the scores pass through unchanged
+    recorder([7, 8, 9, 2], np.array([3.0, 0.0, 0.0]))  # token 2 was sampled from the first logits
+    recorder([7, 8, 9, 2, 0], np.array([0.0, 0.0, 0.0]))  # then token 0 from the second
+    assert recorder.ids == [2, 0]
+    first = 2.0 - math.log(1 + math.e + math.e**2)
+    second = 3.0 - math.log(math.e**3 + 2)
+    assert recorder.logprobs == [pytest.approx(first), pytest.approx(second)]
+    assert recorder.content(Detokenizer()) == [
+        {"token": " two", "logprob": pytest.approx(first)},
+        {"token": " zero", "logprob": pytest.approx(second)},
+    ]

@@ -84,11 +84,16 @@ class LlamaCppChat(BaseChatModel):
         )
 
     def completion(
-        self, messages: list[BaseMessage], response_format: dict[str, Any] | None = None, logprobs: bool = False
+        self,
+        messages: list[BaseMessage],
+        response_format: dict[str, Any] | None = None,
+        logprobs: bool = False,
+        stop: list[str] | None = None,
     ) -> dict[str, Any]:
         """Run one chat completion and return its first choice (llama.cpp is not re-entrant: calls are serialised).
 
-        With `logprobs`, the choice carries the tokens' log-probabilities (`choice["logprobs"]["content"]`).
+        With `logprobs`, the choice carries the tokens' log-probabilities (`choice["logprobs"]["content"]`). `stop`
+        replaces the model's own stop strings for this call (a structured reply has none).
         """
         payload = [{"role": _ROLES.get(m.type, "user"), "content": str(m.content)} for m in messages]
         recorder = _TokenLogprobs() if logprobs else None
@@ -101,7 +106,7 @@ class LlamaCppChat(BaseChatModel):
                 repeat_penalty=self.repeat_penalty,
                 seed=self.seed,
                 response_format=response_format,
-                stop=None if response_format else self.stop,
+                stop=None if response_format else (self.stop if stop is None else stop),
                 logits_processor=[recorder] if recorder is not None else None,
             )
             choice = dict(out["choices"][0])
@@ -121,7 +126,7 @@ class LlamaCppChat(BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         logprobs = bool(kwargs.get("logprobs", self.logprobs))
-        choice = self.completion(messages, logprobs=logprobs)
+        choice = self.completion(messages, logprobs=logprobs, stop=stop)
         metadata: dict[str, Any] = {"finish_reason": choice.get("finish_reason")}
         if logprobs:
             metadata["logprobs"] = {"content": list((choice.get("logprobs") or {}).get("content") or [])}

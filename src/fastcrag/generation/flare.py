@@ -17,6 +17,7 @@ from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, Field
 
 from fastcrag.generation import prompts
+from fastcrag.generation.chat import LlamaCppChat
 from fastcrag.generation.generators import NOSTREAM, ChatGenerator, ExtractiveGenerator, structured_call, with_timeout
 
 MODE = "mode flare (FASTRAG_MODE=flare)"
@@ -28,7 +29,9 @@ EXTRACTIVE = (
     "llamacpp:SmolLM2-135M-Instruct"
 )
 _WORD = re.compile(r"\w")
-_BOUNDARY = re.compile(r"[.!?][\"')\]]*(?=\s)|\n")
+_MARKUP = re.compile(r"</?[A-Za-z_]+>")
+"""A tag like the prompt's own delimiters (`<passages>`, `</answer>`): a small model echoes them as a "sentence"."""
+_BOUNDARY = re.compile(r"[.!?][\"')\]]*(?=\s)|\n|</?[A-Za-z_]+>")
 _TERMINAL = (".", "!", "?")
 
 
@@ -66,7 +69,7 @@ def unsupported(llm: Any) -> str | None:
         return (
             f"{MODE} needs a chat model that returns token log-probabilities, and provider {provider!r} "
             f"(FASTRAG_LLM={llm}) returns none that fastcrag reads; use openai:MODEL (OpenAI, or a server that speaks "
-            "its API: llama.cpp, vLLM, Ollama) or llamacpp:GGUF"
+            "its API and returns `logprobs`) or llamacpp:GGUF"
         )
     if isinstance(llm, ExtractiveGenerator):
         return EXTRACTIVE
@@ -99,9 +102,17 @@ def token_probs(message: Any) -> list[tuple[str, float]]:
 
 
 def _spans(text: str) -> list[tuple[int, int]]:
-    """Sentence spans of `text`: a sentence ends at . ! or ? before a space (not before a lower-case word) or a line."""
+    """Sentence spans of `text`.
+
+    A sentence ends at . ! or ? before a space (not before a lower-case word) or at a line break; a tag is a span of
+    its own.
+    """
     spans, start = [], 0
     for m in _BOUNDARY.finditer(text):
+        if _MARKUP.fullmatch(m.group()):  # a tag stands alone, between the sentences around it
+            spans += [(start, m.start()), (m.start(), m.end())]
+            start = m.end()
+            continue
         rest = text[m.end() :].lstrip()
         if m.group() != "\n" and rest and rest[0].islower():  # "e.g. the": no sentence end
             continue
@@ -135,6 +146,8 @@ def _offsets(text: str, tokens: Sequence[str]) -> list[int]:
 def sentences_of(text: str, tokens: Sequence[tuple[str, float]], cut: bool = False) -> list[Sentence]:
     """`text` cut into sentences, each with the tokens whose first visible character stands in it.
 
+    A "sentence" that is markup alone (the prompt's delimiters echoed back) or holds no letter or digit is left out.
+
     Args:
         text: The reply.
         tokens: (token, probability) pairs of the reply, in order.
@@ -144,6 +157,8 @@ def sentences_of(text: str, tokens: Sequence[tuple[str, float]], cut: bool = Fal
     starts = _offsets(text, words)
     out: list[Sentence] = []
     for s, e in _spans(text):
+        if not _WORD.search(_MARKUP.sub("", text[s:e])):  # markup alone (an echoed delimiter) says nothing
+            continue
         inside = [i for i, at in enumerate(starts) if s <= at + len(words[i]) - len(words[i].lstrip()) < e]
         out.append(
             Sentence(
@@ -217,8 +232,13 @@ class FlareWriter:
         self.llm = llm
         self.timeout = timeout
         # Non-streamed (`stream=False`): servers return log-probabilities only then; tagged so that LangGraph's
-        # `messages` mode does not stream a draft that may be dropped or written again.
-        self._scored = llm.bind(logprobs=True, stream=False).with_config(tags=[NOSTREAM])
+        # `messages` mode does not stream a draft that may be dropped or written again. `top_logprobs`: without it
+        # llama-cpp-python's server returns none. The in-process model stops at a line break (its answers are one
+        # or two sentences); a draft is long-form, so its lines run on.
+        options: dict[str, Any] = {"logprobs": True, "top_logprobs": 1, "stream": False}
+        if isinstance(llm, LlamaCppChat):
+            options["stop"] = []
+        self._scored = llm.bind(**options).with_config(tags=[NOSTREAM])
 
     def draft(self, question: str, passages: Sequence[Mapping[str, Any]], prefix: Sequence[str]) -> list[Sentence]:
         """The answer's next sentences after the kept ones (`prefix`), each with its tokens' probabilities.

@@ -8,17 +8,19 @@ from typing import Any
 from fastcrag import metrics
 from fastcrag.components import Components
 from fastcrag.graph.nodes import Node
+from fastcrag.graph.nodes.lookup import SentenceEvidence
 from fastcrag.graph.nodes.refine import strips
 from fastcrag.graph.nodes.stage import Run, stage
 from fastcrag.graph.state import ActiveRetrieval, FlareAction, Passage, State
 
 
 def admit(state: State, run: Run) -> dict[str, Any]:
-    """Add the evidence (AMBIGUOUS refined into strips, as `refine` does) and have the sentence written again.
+    """Add the evidence (AMBIGUOUS refined into strips) and have the sentence written again.
 
-    Candidates below `reranker_threshold` never reach the context; at most `top_n` passages not already in it are
-    added. When no strip survives refinement, the usable candidates are added unchanged (as `refine` does). A
-    refinement that fails is a `failure` (routed to abstain).
+    Strips are kept as `refine` keeps them, graded as the lookup graded (`SentenceEvidence`). Candidates below
+    `reranker_threshold` never reach the context; at most `top_n` passages not already in it are added. When no strip
+    survives refinement, the usable candidates are added unchanged (as `refine` does). A refinement that fails is a
+    `failure` (routed to abstain).
     """
     cfg = run.cfg
     retrievals: list[ActiveRetrieval] = list(state.get("flare") or [])
@@ -36,7 +38,8 @@ def admit(state: State, run: Run) -> dict[str, Any]:
     passages = usable
     if entry["band"] == "AMBIGUOUS":
         try:
-            passages = strips(run.parts.reranker(), entry["query"], found, cfg)[0] or usable
+            grader = SentenceEvidence(run.parts.reranker(), str(state["question"]), cfg.condition_factor)
+            passages = strips(grader, entry["query"], found, cfg)[0] or usable
         except Exception as exc:
             return {"failure": f"refinement failed: {exc}"}
         refine_ms = round((time.perf_counter() - started) * 1000, 3)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from langgraph.config import get_stream_writer
@@ -10,7 +11,7 @@ from langgraph.config import get_stream_writer
 from fastcrag.components import Components
 from fastcrag.generation.flare import marked, masked_query, uncertain_words
 from fastcrag.grading.bands import band_of
-from fastcrag.grading.reranker import scores_until
+from fastcrag.grading.reranker import Reranker, checked_scores, scores_until
 from fastcrag.graph.nodes import Node
 from fastcrag.graph.nodes.retrieve import candidate_of, collapse_copies, search
 from fastcrag.graph.nodes.stage import Run, stage
@@ -22,13 +23,40 @@ def _ms(since: float) -> float:
     return round((time.perf_counter() - since) * 1000, 3)
 
 
+class SentenceEvidence:
+    """The grader as an active retrieval uses it: a text's score is the lower of its scores against query and question.
+
+    Each is scored down by `condition_factor` for a condition it names that the text lacks. Evidence for a sentence
+    must state what the sentence needs (the query) and still answer the question asked (as every grade in the graph
+    does): a query with nothing left to ask (a masked "1." or "(1)") scores any passage high against itself, but not
+    against the question.
+    """
+
+    def __init__(self, reranker: Reranker, question: str, condition_factor: float) -> None:
+        self.reranker = reranker
+        self.question = question
+        self.condition_factor = condition_factor
+        self.name = reranker.name
+
+    def score(self, query: str, texts: Sequence[str]) -> list[float]:
+        """The lower of each text's two scores.
+
+        Raises:
+            RerankerError: as `checked_scores`.
+        """
+        factor = self.condition_factor
+        against_query = checked_scores(self.reranker, query, texts, factor)
+        against_question = checked_scores(self.reranker, self.question, texts, factor)
+        return [min(a, b) for a, b in zip(against_query, against_question, strict=True)]
+
+
 def lookup(state: State, run: Run) -> dict[str, Any]:
-    """Form the query (`flare_query`), search it, grade the results against it, and band the best score.
+    """Form the query (`flare_query`), search it, grade the results, and band the best score.
 
     The query is the pending sentence without its uncertain words (`masked`), or a question for them that the chat
     model writes under a JSON schema (`question`; the masked sentence when that call fails). What comes back is
-    graded by the same grader, batches and thresholds as the first retrieval, against the query: the evidence must
-    state what this sentence needs. A search or grading that fails leaves no band (the sentence is then dropped).
+    graded by the same grader, batches and thresholds as the first retrieval, against both the query and the
+    question (`SentenceEvidence`). A search or grading that fails leaves no band (the sentence is then dropped).
     """
     cfg = run.cfg
     sentence = state.get("pending")
@@ -71,8 +99,8 @@ def lookup(state: State, run: Run) -> dict[str, Any]:
         fresh = collapse_copies(map(candidate_of, docs))[:depth]
         entry["timings"]["retrieve_ms"], step = _ms(step), time.perf_counter()
         texts = [c["text"] for c in fresh]
-        reranker = run.parts.reranker()
-        scores = scores_until(reranker, query, texts, cfg.grade_batch, cfg.crag_upper, cfg.condition_factor)
+        grader = SentenceEvidence(run.parts.reranker(), str(state["question"]), cfg.condition_factor)
+        scores = scores_until(grader, query, texts, cfg.grade_batch, cfg.crag_upper)
         entry["timings"]["rerank_ms"] = _ms(step)
         scored: list[Candidate] = [{**c, "score": s} for c, s in zip(fresh, scores, strict=False)]
         found = [scored[i] for i in fused_order([c["score"] for c in scored], cfg.rerank_weight)]
