@@ -205,7 +205,9 @@ FLARE_RESULT = {
 }  # fmt: skip
 
 
-def test_console_shows_flare_active_retrievals(server: Server, page: Any) -> None:
+def test_console_shows_flare_active_retrievals(
+    server: Server, page: Any, tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
     import json
 
     page.goto(f"{server.url}/console")
@@ -234,9 +236,13 @@ def test_console_shows_flare_active_retrievals(server: Server, page: Any) -> Non
     assert [rows.nth(i).get_attribute("data-action") for i in range(2)] == ["add", "drop"]
     assert [rows.nth(i).get_attribute("data-band") for i in range(2)] == ["CORRECT", "INCORRECT"]
     assert "It calls __enter__ (masked)" in rows.nth(0).inner_text()
+    assert "→ It calls __enter__ on entry." in rows.nth(0).inner_text()  # written again on the added evidence
     assert "retrieve 8.0" in rows.nth(0).inner_text() and "generate 400.0" in rows.nth(0).inner_text()
     assert page.inner_text("#flare-summary") == "2 active retrievals; writing stopped: end"
     assert "flare 60.0" in page.inner_text("#trace-timings")
+    shot = tmp_path_factory.mktemp("console") / "console-flare.png"
+    page.screenshot(path=str(shot), full_page=True)
+    report(capsys, f"console screenshot (FLARE): {shot}")
     # a CRAG answer hides the table
     page.goto(f"{server.url}/console")
     ask(page, "How does the with statement work?")

@@ -56,7 +56,12 @@ function drawFlare(crag) {
     tr.dataset.band = r.band || "";
     cell(tr, i + 1);
     const sentence = cell(tr, r.sentence, "sentence");
-    if (r.rewritten) sentence.title = `written again: ${r.rewritten}`;
+    if (r.rewritten) {
+      const again = document.createElement("div");
+      again.className = "rewritten";
+      again.textContent = `→ ${r.rewritten}`; // the sentence as written again on the added evidence
+      sentence.appendChild(again);
+    }
     cell(tr, `${r.query} (${r.query_by})`, "query");
     const band = document.createElement("td");
     const tag = document.createElement("span");
