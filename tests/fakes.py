@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -144,5 +145,60 @@ class ScriptedChat(BaseChatModel):
             if isinstance(reply, BaseException):
                 raise reply
             return reply
+
+        return RunnableLambda(run)
+
+
+def tokens(text: str, low: Sequence[str] = (), prob: float = 0.9, low_prob: float = 0.05) -> list[tuple[str, float]]:
+    """`text` as word tokens (each with its leading space) at `prob`; words named in `low` at `low_prob`."""
+    out = []
+    for i, word in enumerate(text.split(" ")):
+        token = word if i == 0 else " " + word
+        out.append((token, low_prob if word.strip(".,!?") in low or word in low else prob))
+    return out
+
+
+class LogprobChat(BaseChatModel):
+    """A chat model that returns token log-probabilities (OpenAI's format) when asked: each call writes the next draft.
+
+    A draft is a list of (token, probability) pairs, or a callable given the prompt that returns one; past the end of
+    the script the last draft repeats. Structured output returns `question` (a dict), or raises it when it is an
+    exception. `calls` records each call's keyword arguments.
+    """
+
+    drafts: list[Any] = Field(default_factory=list)
+    question: Any = None
+    logprobs: bool | None = None
+    prompts: list[str] = Field(default_factory=list)
+    calls: list[dict[str, Any]] = Field(default_factory=list)
+    structured: list[str] = Field(default_factory=list)
+
+    @property
+    def _llm_type(self) -> str:
+        return "logprob-scripted"
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
+        prompt = "\n".join(str(m.content) for m in messages)
+        self.prompts.append(prompt)
+        self.calls.append(dict(kwargs))
+        draft = self.drafts[min(len(self.prompts), len(self.drafts)) - 1]
+        if callable(draft):
+            draft = draft(prompt)
+        meta: dict[str, Any] = {"finish_reason": "stop"}
+        if kwargs.get("logprobs", self.logprobs):
+            meta["logprobs"] = {
+                "content": [{"token": t, "logprob": math.log(p) if p > 0 else -9999.0} for t, p in draft]
+            }
+        message = AIMessage(content="".join(t for t, _ in draft), response_metadata=meta)
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+    def with_structured_output(self, schema: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        def run(messages: Any) -> Any:
+            self.structured.append("\n".join(str(m.content) for m in messages))
+            if isinstance(self.question, BaseException):
+                raise self.question
+            return schema.model_validate(self.question)
 
         return RunnableLambda(run)

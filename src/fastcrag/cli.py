@@ -37,6 +37,8 @@ def _settings(args: argparse.Namespace) -> Any:
         overrides["reranker"] = args.reranker
     if getattr(args, "no_crag", False):
         overrides["crag_enabled"] = False
+    if getattr(args, "flare", False):
+        overrides["mode"] = "flare"
     try:
         return Settings(**overrides)
     except ValidationError as exc:
@@ -134,6 +136,13 @@ def format_result(result: dict[str, Any]) -> str:
         score = "    -" if v["score"] is None else f"{v['score']:.3f}"
         unmet = f"  (states no {', '.join(v['unmet'])})" if v.get("unmet") else ""
         lines.append(f"  {v['verdict']:<9} {score}  {v['source']}{unmet}")
+    if "flare" in crag:
+        lines.append(f"  FLARE: {len(crag['flare'])} active retrievals, stopped at {crag.get('flare_stop') or 'n/a'}")
+    for r in crag.get("flare") or []:
+        lines.append(f"    {r['action'] or '-':<6} {r['band'] or 'FAILED':<9} {r['sentence']!r}")
+        lines.append(f"           searched {r['query']!r} ({r['query_by']})")
+        if r.get("rewritten"):
+            lines.append(f"           written again: {r['rewritten']!r}")
     return "\n".join(lines)
 
 
@@ -143,8 +152,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from fastcrag.graph.builder import build_graph
 
     parts = Components(_settings(args))
+    graph = build_graph(parts=parts)  # loads nothing; refuses FLARE mode without token log-probabilities
     parts.warm_up()  # load errors are reported plainly, timings are warm
-    graph = build_graph(parts=parts)
     result = graph.invoke({"question": args.question})
     result.pop("messages", None)
     print(json.dumps(result, ensure_ascii=False, indent=2) if args.json else format_result(result))
@@ -180,6 +189,12 @@ def parser() -> argparse.ArgumentParser:
     ask.add_argument("--llm", help="`provider:model` or `extractive` (default: FASTRAG_LLM)")
     ask.add_argument("--reranker", help="reranker folder, model name or `bi-encoder`")
     ask.add_argument("--no-crag", action="store_true", help="retrieval-only path (FASTRAG_CRAG_ENABLED=false)")
+    ask.add_argument(
+        "--flare",
+        action="store_true",
+        help="FLARE mode (FASTRAG_MODE=flare): sentence by sentence, with active retrieval for uncertain ones; needs "
+        "a chat model that returns token log-probabilities",
+    )
     ask.add_argument("--json", action="store_true", help="print one JSON object")
     ask.set_defaults(func=cmd_ask)
 

@@ -23,9 +23,11 @@ from fastcrag.config.calibration import (
     index_fit,
     load_calibration,
     materialise_fit,
+    packaged_flare_threshold,
 )
 from fastcrag.config.settings import Context, RunConfig, Settings, as_context, is_postgres_url, resolve
 from fastcrag.generation.chat import load_chat_model
+from fastcrag.generation.flare import FlareWriter, unsupported
 from fastcrag.generation.generators import ChatGenerator, ExtractiveGenerator, Generator
 from fastcrag.grading.reranker import Reranker, calibration_for, default_reranker_spec, load_reranker
 from fastcrag.retrieval.embeddings import default_embeddings
@@ -147,6 +149,29 @@ class Components:
             return ChatGenerator(given, self.settings.llm_timeout_s)
         return given
 
+    def flare_unsupported(self) -> str | None:
+        """Why this generator cannot run FLARE mode (naming the mode and the provider), or None when it can.
+
+        Read from the setting or the object given, without loading a model.
+        """
+        return unsupported(self._llm if self._llm is not None else self.settings.llm)
+
+    def writer(self) -> FlareWriter:
+        """FLARE's writer over the chat model.
+
+        Raises:
+            ValueError: the generator cannot run FLARE mode (`flare_unsupported`).
+        """
+        if why := self.flare_unsupported():
+            raise ValueError(why)
+        return self._once("writer", self._load_writer)  # type: ignore[no-any-return]
+
+    def _load_writer(self) -> FlareWriter:
+        generator = self.generator()
+        if not isinstance(generator, ChatGenerator):  # unsupported() said it is one
+            raise ValueError(unsupported(generator) or "no chat model")
+        return FlareWriter(generator.llm, self.settings.llm_timeout_s)
+
     def calibration(self) -> Calibration:
         """The thresholds, checked against the reranker's name."""
         return self._once("calibration", self._load_calibration)  # type: ignore[no-any-return]
@@ -173,8 +198,14 @@ class Components:
 
     def _resolve(self, context: Context) -> RunConfig:
         calibration = self.calibration()
+        flare = calibration.flare_threshold
         return resolve(
-            self.settings, calibration.thresholds(), context, calibration.rerank_weight, calibration.condition_factor
+            self.settings,
+            calibration.thresholds(),
+            context,
+            calibration.rerank_weight,
+            calibration.condition_factor,
+            packaged_flare_threshold() if flare is None else flare,
         )
 
     def warm_up(self) -> None:

@@ -150,3 +150,101 @@ def test_console_sends_context_overrides(server: Server, page: Any) -> None:
     page.uncheck("#crag_enabled")
     ask(page, "How does the with statement work?")
     assert page.inner_text("#trace-action") == "disabled"
+
+
+FLARE_RESULT = {
+    "answer": "The with statement wraps a block in a context manager.",
+    "citations": [{"chunk_id": "c1", "source": "pydoc:with", "score": 0.91}],
+    "crag": {
+        "action": "generate",
+        "band": "CORRECT",
+        "top_score": 0.91,
+        "strips_kept": 0,
+        "rewritten_query": None,
+        "rewriter": None,
+        "retrieval": "hybrid",
+        "verdicts": [{"chunk_id": "c1", "source": "pydoc:with", "score": 0.91, "verdict": "CORRECT"}],
+        "timings": {"retrieve_ms": 10.0, "rerank_ms": 20.0, "crag_ms": 1.0, "generate_ms": 900.0, "flare_ms": 60.0},
+        "failure": None,
+        "question": "How does the with statement work?",
+        "conversation": None,
+        "reranker": "grader",
+        "thresholds": {"reranker_threshold": 0.45, "crag_upper": 0.84, "condition_factor": 0.0},
+        "flare": [
+            {
+                "sentence": "It calls __enter__ twice.",
+                "uncertain": ["twice."],
+                "query": "It calls __enter__",
+                "query_by": "masked",
+                "band": "CORRECT",
+                "top_score": 0.9,
+                "action": "add",
+                "added": ["c2"],
+                "rewritten": "It calls __enter__ on entry.",
+                "failure": None,
+                "timings": {"query_ms": 0.1, "retrieve_ms": 8.0, "rerank_ms": 30.0, "refine_ms": 0.0,
+                            "generate_ms": 400.0},
+            },
+            {
+                "sentence": "It was added in Python 1.0.",
+                "uncertain": ["1.0."],
+                "query": "It was added in Python",
+                "query_by": "masked",
+                "band": "INCORRECT",
+                "top_score": 0.1,
+                "action": "drop",
+                "added": [],
+                "rewritten": None,
+                "failure": None,
+                "timings": {"query_ms": 0.1, "retrieve_ms": 7.0, "rerank_ms": 25.0, "refine_ms": 0.0,
+                            "generate_ms": 0.0},
+            },
+        ],
+        "flare_stop": "end",
+    },
+}  # fmt: skip
+
+
+def test_console_shows_flare_active_retrievals(
+    server: Server, page: Any, tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    page.goto(f"{server.url}/console")
+    page.click("#overrides summary")
+    page.select_option("#mode", "flare")
+    # the served graph's generator (extractive) has no FLARE mode: the run abstains and says why
+    ask(page, "How does the with statement work?")
+    assert page.inner_text("#trace-action") == "abstain"
+    assert "has no FLARE mode" in page.inner_text("#trace-failure")
+    assert page.is_visible("#flare") and page.locator("#flare-table tbody tr").count() == 0
+    # a FLARE answer (as a chat model with log-probabilities gives it): one row per active retrieval
+    sent: list[dict[str, Any]] = []
+
+    def answer(route: Any) -> None:
+        sent.append(json.loads(route.request.post_data))
+        route.fulfill(status=200, content_type="application/json", body=json.dumps(FLARE_RESULT))
+
+    page.route("**/runs/wait", answer)
+    try:
+        ask(page, "How does the with statement work?")
+    finally:
+        page.unroute("**/runs/wait")
+    assert sent[0]["context"]["mode"] == "flare"
+    rows = page.locator("#flare-table tbody tr")
+    assert rows.count() == 2
+    assert [rows.nth(i).get_attribute("data-action") for i in range(2)] == ["add", "drop"]
+    assert [rows.nth(i).get_attribute("data-band") for i in range(2)] == ["CORRECT", "INCORRECT"]
+    assert "It calls __enter__ (masked)" in rows.nth(0).inner_text()
+    assert "→ It calls __enter__ on entry." in rows.nth(0).inner_text()  # written again on the added evidence
+    assert "retrieve 8.0" in rows.nth(0).inner_text() and "generate 400.0" in rows.nth(0).inner_text()
+    assert page.inner_text("#flare-summary") == "2 active retrievals; writing stopped: end"
+    assert "flare 60.0" in page.inner_text("#trace-timings")
+    shot = tmp_path_factory.mktemp("console") / "console-flare.png"
+    page.screenshot(path=str(shot), full_page=True)
+    report(capsys, f"console screenshot (FLARE): {shot}")
+    # a CRAG answer hides the table
+    page.goto(f"{server.url}/console")
+    ask(page, "How does the with statement work?")
+    assert not page.is_visible("#flare")
+    assert not page.errors, page.errors  # type: ignore[attr-defined]

@@ -27,7 +27,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 
 from fastcrag import build_graph
 from fastcrag.cli import main
-from fastcrag.config.settings import Settings
+from fastcrag.config.settings import Context, Settings
 from fastcrag.evaluation import launch
 from fastcrag.evaluation.launch import ServerProcess, ServerStartError, free_port
 
@@ -274,6 +274,41 @@ def _sse(resp: httpx.Response) -> Iterator[tuple[str, Any]]:
         elif not line and event:
             yield event, json.loads("\n".join(data)) if data else None
             event, data = "", []
+
+
+def test_flare_mode_reads_the_servers_log_probabilities(
+    openai_env: dict[str, str], llama_server: ServerProcess
+) -> None:
+    """FLARE through the server, under LangGraph's `messages` stream mode (which would stream, and lose logprobs).
+
+    At threshold 1 every sentence is uncertain: the first is searched (the scripted corpus grades it CORRECT), written
+    again, and the retrieval cap ends the answer there: two completions, neither streamed as the answer.
+    """
+    graph = build_graph(
+        retriever=ListRetriever(docs=[doc("The Eiffel Tower is in Paris. It was completed in 1889.", "c1")]),
+        reranker=ScriptedReranker({"Eiffel": 0.9}),
+        llm=SPEC,
+        calibration=CALIBRATION.model_copy(update={"flare_threshold": 0.5}),
+        settings=Settings(llm=SPEC, llm_timeout_s=TIMEOUT_S, max_new_tokens=MAX_TOKENS, mode="flare"),
+    )
+    before = requests_made(llama_server)
+    events = list(
+        graph.stream(
+            {"messages": [HumanMessage("Where is the Eiffel Tower, and when was it completed?")]},
+            context=Context(flare_threshold=1.0, flare_max_retrievals=1),
+            stream_mode=["messages", "values"],
+        )
+    )
+    out = [data for mode, data in events if mode == "values"][-1]
+    crag = out["crag"]
+    assert not crag["failure"], crag  # the replies carried token log-probabilities
+    (entry,) = crag["flare"]
+    assert entry["uncertain"] and entry["query"], entry  # read from the server's logprobs
+    assert entry["band"] == "CORRECT" and entry["action"] == "add" and entry["rewritten"], entry
+    assert out["answer"] == entry["rewritten"] and crag["flare_stop"] in {"retrieval cap", "end"}, crag
+    assert requests_made(llama_server) == before + 2
+    streamed = [data[0] for mode, data in events if mode == "messages"]
+    assert not any(m.type == "AIMessageChunk" for m in streamed), streamed  # no draft streamed as the answer
 
 
 # ------------------------------------------------------------------------------------ a server down or slow

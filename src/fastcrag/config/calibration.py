@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -84,6 +85,13 @@ class Calibration(BaseModel):
         description="A chunk that states no form of a year, ordinal, quarter or month the question names has its "
         "grader score multiplied by this before grading (1: no check; fastcrag.grading.conditions).",
     )
+    flare_threshold: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description="FLARE mode: a sentence with a token whose probability (under the chat model) is below this is "
+        "uncertain and becomes a query (None: the packaged calibration's; `packaged_flare_threshold`).",
+    )
     data: str = ""
     sample: CalibrationSample | None = Field(
         None, description="The questions the thresholds were drawn on (None: not recorded)."
@@ -146,6 +154,22 @@ def load_calibration(path: Path | None = None, expected_model: str | None = None
             f"but the loaded reranker is {expected_model!r}; run `fastcrag fit` for it"
         )
     return calibration
+
+
+@functools.cache
+def packaged_flare_threshold() -> float:
+    """FLARE's confidence threshold in the packaged calibration.json: the one a calibration without its own uses.
+
+    It is a property of the chat model's token probabilities, not of the grader, so a fit (which calibrates the
+    grader) keeps it.
+
+    Raises:
+        CalibrationError: the packaged file names none.
+    """
+    value = load_calibration().flare_threshold
+    if value is None:
+        raise CalibrationError(f"the packaged calibration {PACKAGED_CALIBRATION} names no flare_threshold")
+    return value
 
 
 def _reject_constant(name: str) -> float:

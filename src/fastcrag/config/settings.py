@@ -43,6 +43,22 @@ StripMinTokens = Annotated[int, Field(ge=0, le=64, description="Shorter kept str
 Threshold = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 TopN = Annotated[int, Field(ge=1, le=20, description="Passages handed to the generator.")]
 Message = Annotated[str, Field(min_length=1, description="The answer given on abstention.")]
+RunMode = Annotated[
+    Literal["crag", "flare"],
+    Field(
+        description="crag: one answer from the graded evidence; flare: active retrieval, sentence by sentence, for "
+        "sentences the chat model is unsure of (a chat model that returns token log-probabilities)."
+    ),
+]
+FlareRetrievals = Annotated[int, Field(ge=0, le=8, description="FLARE: active retrievals per answer.")]
+FlareSentences = Annotated[int, Field(ge=1, le=32, description="FLARE: sentences per answer.")]
+FlareQuery = Annotated[
+    Literal["masked", "question"],
+    Field(
+        description="FLARE: how an uncertain sentence becomes a query: the sentence without its low-confidence words "
+        "(masked), or a question for them written by the chat model under a JSON schema (question)."
+    ),
+]
 
 
 class Settings(BaseSettings):
@@ -98,6 +114,10 @@ class Settings(BaseSettings):
     )
     crag_max_rewrites: Rewrites = 1
     crag_strip_min_tokens: StripMinTokens = 6
+    mode: RunMode = "crag"
+    flare_max_retrievals: FlareRetrievals = 2
+    flare_max_sentences: FlareSentences = 6
+    flare_query: FlareQuery = "masked"
     retrieval: RetrievalMode = Field(
         DEFAULT_RETRIEVAL,
         description="First-pass retrieval: dense, lexical (BM25 over FAISS, full-text search over Postgres) or hybrid "
@@ -191,11 +211,16 @@ class Context:
     crag_upper: Threshold | None = None
     top_n: TopN | None = None
     abstain_message: Message | None = None
+    mode: RunMode | None = None
+    flare_max_retrievals: FlareRetrievals | None = None
+    flare_max_sentences: FlareSentences | None = None
+    flare_query: FlareQuery | None = None
+    flare_threshold: Threshold | None = None
 
 
 KNOBS = tuple(f.name for f in fields(Context))
 """The per-run knobs, in declaration order."""
-THRESHOLDS = ("reranker_threshold", "crag_upper")
+THRESHOLDS = ("reranker_threshold", "crag_upper", "flare_threshold")
 """The knobs whose defaults come from calibration.json; every other knob defaults to the setting of its name."""
 
 
@@ -205,7 +230,9 @@ class RunConfig:
 
     With `crag_enabled` false, `plain` chooses between the two uncorrected paths: threshold-only (false: abstain
     below `reranker_threshold`, else generate) and plain RAG (true: always generate from the top_n candidates).
-    `plain` has no effect while `crag_enabled` is true. Not knobs: `grade_batch` (a setting) grades candidates in
+    `plain` has no effect while `crag_enabled` is true. `mode` flare answers sentence by sentence with active
+    retrieval (never under plain RAG); `flare_threshold` (calibration.json) is the token probability below which a
+    sentence is uncertain. Not knobs: `grade_batch` (a setting) grades candidates in
     batches until one clears `crag_upper`; `rerank_weight` (calibration.json) orders them: the grader's order mixed
     with the first pass's; `condition_factor` (calibration.json) scores down chunks lacking a condition the question
     names (a year, an edition, a quarter, a month).
@@ -219,6 +246,11 @@ class RunConfig:
     crag_upper: Threshold
     top_n: TopN
     abstain_message: Message
+    mode: RunMode
+    flare_max_retrievals: FlareRetrievals
+    flare_max_sentences: FlareSentences
+    flare_query: FlareQuery
+    flare_threshold: Threshold
     max_question_chars: int
     grade_batch: int = 0
     rerank_weight: Threshold = 1.0
@@ -228,6 +260,11 @@ class RunConfig:
     def plain_rag(self) -> bool:
         """Whether this run is plain RAG: CRAG disabled and `plain` set (no grading, no abstention)."""
         return self.plain and not self.crag_enabled
+
+    @property
+    def flare(self) -> bool:
+        """Whether this run answers in FLARE mode (plain RAG never does: it grades nothing)."""
+        return self.mode == "flare" and not self.plain_rag
 
 
 def as_context(context: Any) -> Context:
@@ -249,14 +286,18 @@ def resolve(
     context: Any,
     rerank_weight: float = 1.0,
     condition_factor: float = 1.0,
+    flare_threshold: float = 0.0,
 ) -> RunConfig:
-    """Merge settings, calibration (thresholds, candidate order, condition check) and a run's context.
+    """Merge settings, calibration (thresholds, candidate order, condition check, FLARE's confidence) and a context.
+
+    `flare_threshold` 0 (a caller that reads no calibration) makes every sentence confident: no active retrieval.
 
     Raises:
         ValueError: an override is out of its bounds, or the thresholds are out of order.
     """
     ctx = as_context(context)
-    defaults = {**{k: getattr(settings, k) for k in KNOBS if k not in THRESHOLDS}, **dict(zip(THRESHOLDS, thresholds))}
+    calibrated = dict(zip(THRESHOLDS, (*thresholds, flare_threshold), strict=True))
+    defaults = {**{k: getattr(settings, k) for k in KNOBS if k not in THRESHOLDS}, **calibrated}
     merged = {k: defaults[k] if getattr(ctx, k) is None else getattr(ctx, k) for k in KNOBS}
     if not (0.0 <= merged["reranker_threshold"] <= merged["crag_upper"] <= 1.0):
         lower, upper = merged["reranker_threshold"], merged["crag_upper"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import threading
 from pathlib import Path
@@ -51,6 +52,9 @@ class LlamaCppChat(BaseChatModel):
     stop: list[str] = Field(default_factory=lambda: ["\n"])
     seed: int = 0
     n_threads: int | None = None
+    logprobs: bool = False
+    """Return each reply's token log-probabilities (`response_metadata["logprobs"]`, as OpenAI's API gives them);
+    a call asks for them with `bind(logprobs=True)`."""
 
     _llama: Lazy[Any] = PrivateAttr()
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
@@ -79,20 +83,40 @@ class LlamaCppChat(BaseChatModel):
             verbose=False,
         )
 
-    def complete(self, messages: list[BaseMessage], response_format: dict[str, Any] | None = None) -> str:
-        """Run one chat completion and return its text (llama.cpp is not re-entrant: calls are serialised)."""
+    def completion(
+        self,
+        messages: list[BaseMessage],
+        response_format: dict[str, Any] | None = None,
+        logprobs: bool = False,
+        stop: list[str] | None = None,
+    ) -> dict[str, Any]:
+        """Run one chat completion and return its first choice (llama.cpp is not re-entrant: calls are serialised).
+
+        With `logprobs`, the choice carries the tokens' log-probabilities (`choice["logprobs"]["content"]`). `stop`
+        replaces the model's own stop strings for this call (a structured reply has none).
+        """
         payload = [{"role": _ROLES.get(m.type, "user"), "content": str(m.content)} for m in messages]
+        recorder = _TokenLogprobs() if logprobs else None
         with self._lock:
-            out = self._llama.get().create_chat_completion(
+            llama = self._llama.get()
+            out = llama.create_chat_completion(
                 messages=payload,
                 max_tokens=self.max_tokens,
                 temperature=self.temperature,
                 repeat_penalty=self.repeat_penalty,
                 seed=self.seed,
                 response_format=response_format,
-                stop=None if response_format else self.stop,
+                stop=None if response_format else (self.stop if stop is None else stop),
+                logits_processor=[recorder] if recorder is not None else None,
             )
-        return str(out["choices"][0]["message"]["content"] or "")
+            choice = dict(out["choices"][0])
+            if recorder is not None:
+                choice["logprobs"] = {"content": recorder.content(llama)}
+        return choice
+
+    def complete(self, messages: list[BaseMessage], response_format: dict[str, Any] | None = None) -> str:
+        """Run one chat completion and return its text."""
+        return str(self.completion(messages, response_format)["message"]["content"] or "")
 
     def _generate(
         self,
@@ -101,8 +125,13 @@ class LlamaCppChat(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        text = self.complete(messages)
-        return ChatResult(generations=[ChatGeneration(message=AIMessage(content=text))])
+        logprobs = bool(kwargs.get("logprobs", self.logprobs))
+        choice = self.completion(messages, logprobs=logprobs, stop=stop)
+        metadata: dict[str, Any] = {"finish_reason": choice.get("finish_reason")}
+        if logprobs:
+            metadata["logprobs"] = {"content": list((choice.get("logprobs") or {}).get("content") or [])}
+        text = str(choice["message"]["content"] or "")
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(content=text, response_metadata=metadata))])
 
     def with_structured_output(  # type: ignore[override]
         self, schema: type[BaseModel], *, include_raw: bool = False, **kwargs: Any
@@ -116,6 +145,47 @@ class LlamaCppChat(BaseChatModel):
             return schema.model_validate(json.loads(text, strict=False))
 
         return RunnableLambda(run)
+
+
+class _TokenLogprobs:
+    """A llama.cpp logits processor that records each generated token's log-probability under the model.
+
+    llama-cpp-python returns log-probabilities only from a model that keeps every position's logits (`logits_all`:
+    the output layer over the whole prompt, and a sort of the vocabulary per token: many times slower). This reads
+    them as generation goes instead: each call gets the raw logits of the next position (before repeat penalty and
+    sampling) and the tokens so far, whose last one was chosen from the previous call's logits. A reply stopped at
+    the length limit has no probability for its last token (its sentence is unfinished).
+    """
+
+    def __init__(self) -> None:
+        self.prompt: int | None = None
+        self.previous: Any = None
+        self.ids: list[int] = []
+        self.logprobs: list[float] = []
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import numpy as np
+
+        if self.prompt is None:
+            self.prompt = len(input_ids)
+        elif self.previous is not None and len(input_ids) > self.prompt + len(self.ids):
+            token = int(input_ids[-1])
+            self.ids.append(token)
+            self.logprobs.append(float(self.previous[token]))
+        logits = np.asarray(scores, dtype=np.float64)
+        top = logits.max()
+        self.previous = logits - top - math.log(float(np.exp(logits - top).sum()))
+        return scores
+
+    def content(self, llama: Any) -> list[dict[str, Any]]:
+        """The tokens with their log-probabilities, as OpenAI's `logprobs.content`."""
+        return [
+            {
+                "token": llama.detokenize([t], prev_tokens=self.ids[:i]).decode("utf-8", errors="ignore"),
+                "logprob": lp,
+            }
+            for i, (t, lp) in enumerate(zip(self.ids, self.logprobs, strict=True))
+        ]
 
 
 def load_chat_model(spec: str, max_tokens: int = 256, timeout: float | None = None) -> BaseChatModel:

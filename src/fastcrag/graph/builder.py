@@ -1,4 +1,4 @@
-"""Graph wiring: the six nodes and the band-keyed conditional edges, in one place."""
+"""Graph wiring: the CRAG nodes, FLARE mode's nodes and the band-keyed conditional edges, in one place."""
 
 from __future__ import annotations
 
@@ -18,7 +18,19 @@ from fastcrag.config.settings import Context, Settings
 from fastcrag.generation.generators import Generator
 from fastcrag.grading.reranker import Reranker
 from fastcrag.graph import routing
-from fastcrag.graph.nodes import abstain, generate, grade, refine, retrieve, rewrite
+from fastcrag.graph.nodes import (
+    abstain,
+    admit,
+    compose,
+    draft,
+    drop,
+    generate,
+    grade,
+    lookup,
+    refine,
+    retrieve,
+    rewrite,
+)
 from fastcrag.graph.state import InputState, OutputState, State
 
 
@@ -34,8 +46,10 @@ def build_graph(
 ) -> CompiledStateGraph[State, Context, InputState, OutputState]:
     """Compile the CRAG graph; any part left out comes from the `FASTRAG_*` settings, loaded on first use.
 
-    A caller that also needs the parts themselves (to warm them up, read the grader's name, clear its cache) builds
-    `Components` first and passes them as `parts`; the compiled graph carries nothing else.
+    The graph holds both modes: a run's `mode` (`FASTRAG_MODE`, or the run's context) routes the answer to
+    `generate` (CRAG) or to FLARE's `draft` -> `lookup` -> `admit` | `drop` -> ... -> `compose`. A caller that also
+    needs the parts themselves (to warm them up, read the grader's name, clear its cache) builds `Components` first
+    and passes them as `parts`; the compiled graph carries nothing else.
 
     Args:
         retriever: A LangChain retriever or vector store; the configured FAISS index when None.
@@ -48,18 +62,34 @@ def build_graph(
 
     Raises:
         TypeError: `parts` given together with any of the parts or settings it replaces.
+        ValueError: the settings choose FLARE mode (`FASTRAG_MODE=flare`) and the generator cannot run it (the
+            extractive generator, or a chat model that returns no token log-probabilities); the message names the
+            mode and the provider. A run that asks for FLARE mode in its context gets the same reason as an
+            abstention.
     """
     if parts is None:
         parts = Components(settings, retriever, reranker, llm, calibration)
     elif any(x is not None for x in (retriever, reranker, llm, calibration, settings)):
         raise TypeError("build_graph: give either `parts` or the parts themselves, not both")
+    if parts.settings.mode == "flare" and (why := parts.flare_unsupported()):
+        raise ValueError(why)
 
     def route_after_grade(
         state: State, runtime: Runtime[Context]
-    ) -> Literal["generate", "refine", "rewrite", "abstain"]:
+    ) -> Literal["generate", "draft", "refine", "rewrite", "abstain"]:
         if state.get("failure"):  # includes settings that could not be resolved: nothing to route on
             return "abstain"
         return routing.after_grade(state, parts.run_config(runtime.context))
+
+    def route_after_refine(state: State, runtime: Runtime[Context]) -> Literal["generate", "draft", "abstain"]:
+        if state.get("failure"):
+            return "abstain"
+        return routing.after_refine(state, parts.run_config(runtime.context))
+
+    def route_after_draft(state: State, runtime: Runtime[Context]) -> Literal["lookup", "compose", "abstain"]:
+        if state.get("failure"):
+            return "abstain"
+        return routing.after_draft(state, parts.run_config(runtime.context))
 
     builder = StateGraph(State, context_schema=Context, input_schema=InputState, output_schema=OutputState)
     builder.add_node("retrieve", retrieve.make(parts))
@@ -68,11 +98,22 @@ def build_graph(
     builder.add_node("rewrite", rewrite.make(parts))
     builder.add_node("generate", generate.make(parts))
     builder.add_node("abstain", abstain.make(parts))
+    # FLARE mode: the answer sentence by sentence, with active retrieval for the uncertain ones
+    builder.add_node("draft", draft.make(parts))
+    builder.add_node("lookup", lookup.make(parts))
+    builder.add_node("admit", admit.make(parts))
+    builder.add_node("drop", drop.make(parts))
+    builder.add_node("compose", compose.make(parts))
     builder.add_edge(START, "retrieve")
     builder.add_edge("retrieve", "grade")
     builder.add_conditional_edges("grade", route_after_grade)
-    builder.add_conditional_edges("refine", routing.after_refine)
+    builder.add_conditional_edges("refine", route_after_refine)
     builder.add_conditional_edges("rewrite", routing.after_rewrite)
     builder.add_conditional_edges("generate", routing.after_generate)
     builder.add_edge("abstain", END)
+    builder.add_conditional_edges("draft", route_after_draft)
+    builder.add_conditional_edges("lookup", routing.after_lookup)
+    builder.add_conditional_edges("admit", routing.after_admit)
+    builder.add_edge("drop", "draft")
+    builder.add_conditional_edges("compose", routing.after_generate)
     return builder.compile(checkpointer=checkpointer, name="crag")

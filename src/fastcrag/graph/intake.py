@@ -2,7 +2,7 @@
 
 A thread keeps its state between questions, so intake sets every per-question field afresh, reads the question
 (from `question`, or the last human message of a chat), makes a chat turn standalone and checks the question is
-usable. It is not a node of its own: the graph keeps the six nodes of its design, and `retrieve` runs intake when
+usable. It is not a node of its own: the graph keeps the nodes of its design, and `retrieve` runs intake when
 no retrieval is pending (`query` is None).
 """
 
@@ -45,6 +45,11 @@ def start(state: State, parts: Components, context: Any) -> State:
         "conversation": None,
         "failure": None,
         "timings": {},
+        "sentences": [],
+        "ahead": None,
+        "pending": None,
+        "found": [],
+        "flare": [],
     }
     try:
         cfg = parts.run_config(context)

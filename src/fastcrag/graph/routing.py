@@ -8,11 +8,16 @@ from fastcrag.config.settings import RunConfig
 from fastcrag.graph.state import State
 
 
-def after_grade(state: State, cfg: RunConfig) -> Literal["generate", "refine", "rewrite", "abstain"]:
-    """CORRECT generates, AMBIGUOUS refines, INCORRECT rewrites while the cap allows, else abstains.
+def answer(cfg: RunConfig) -> Literal["generate", "draft"]:
+    """The node that writes the answer: `generate` (CRAG), or `draft` (FLARE mode, sentence by sentence)."""
+    return "draft" if cfg.flare else "generate"
+
+
+def after_grade(state: State, cfg: RunConfig) -> Literal["generate", "draft", "refine", "rewrite", "abstain"]:
+    """CORRECT answers, AMBIGUOUS refines, INCORRECT rewrites while the cap allows, else abstains.
 
     With CRAG disabled: plain RAG generates whatever the band; threshold-only abstains on INCORRECT. A
-    `failure` abstains on every path.
+    `failure` abstains on every path. The answer is written by `generate`, or by `draft` in FLARE mode.
     """
     band = state.get("band")
     if state.get("failure") or band is None:
@@ -20,17 +25,17 @@ def after_grade(state: State, cfg: RunConfig) -> Literal["generate", "refine", "
     if cfg.plain_rag:
         return "generate"
     if not cfg.crag_enabled:
-        return "abstain" if band == "INCORRECT" else "generate"
+        return "abstain" if band == "INCORRECT" else answer(cfg)
     if band == "CORRECT":
-        return "generate"
+        return answer(cfg)
     if band == "AMBIGUOUS":
         return "refine"
     return "rewrite" if state.get("rewrites", 0) < cfg.crag_max_rewrites else "abstain"
 
 
-def after_refine(state: State) -> Literal["generate", "abstain"]:
-    """Refinement that failed (the reranker raised) abstains."""
-    return "abstain" if state.get("failure") else "generate"
+def after_refine(state: State, cfg: RunConfig) -> Literal["generate", "draft", "abstain"]:
+    """Refinement that failed (the reranker raised) abstains; otherwise the answer is written."""
+    return "abstain" if state.get("failure") else answer(cfg)
 
 
 def after_rewrite(state: State) -> Literal["retrieve", "abstain"]:
@@ -39,5 +44,34 @@ def after_rewrite(state: State) -> Literal["retrieve", "abstain"]:
 
 
 def after_generate(state: State) -> Literal["abstain", "__end__"]:
-    """Generation that failed abstains instead of returning an ungrounded or empty answer."""
+    """Generation that failed (or, in FLARE mode, asserted no sentence) abstains instead of an ungrounded answer."""
     return "abstain" if state.get("failure") else "__end__"
+
+
+def after_draft(state: State, cfg: RunConfig) -> Literal["lookup", "compose", "abstain"]:
+    """An uncertain sentence is searched for while the retrieval cap allows; otherwise the answer is composed.
+
+    At the cap the uncertain sentence is left out (never asserted unsearched), and writing stops there.
+    """
+    if state.get("failure"):
+        return "abstain"
+    if state.get("pending") is not None and len(state.get("flare") or []) < cfg.flare_max_retrievals:
+        return "lookup"
+    return "compose"
+
+
+def after_lookup(state: State) -> Literal["admit", "drop", "abstain"]:
+    """By the band of what the active retrieval found: CORRECT or AMBIGUOUS evidence is admitted, INCORRECT dropped.
+
+    A search or grading that failed has no band: its sentence is dropped too.
+    """
+    if state.get("failure"):
+        return "abstain"
+    retrievals = state.get("flare") or []
+    band = retrievals[-1]["band"] if retrievals else None
+    return "admit" if band in ("CORRECT", "AMBIGUOUS") else "drop"
+
+
+def after_admit(state: State) -> Literal["draft", "abstain"]:
+    """Evidence that could not be refined (the reranker raised) abstains; otherwise the sentence is written again."""
+    return "abstain" if state.get("failure") else "draft"

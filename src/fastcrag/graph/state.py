@@ -8,10 +8,14 @@ from langchain_core.messages import AnyMessage
 from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict  # pydantic (server schemas) needs it on Python < 3.12
 
+from fastcrag.generation.flare import Sentence
 from fastcrag.grading.bands import Band
 
 Action = Literal["generate", "refine", "rewrite", "abstain", "disabled", "plain"]
-Stage = Literal["retrieve_ms", "rerank_ms", "crag_ms", "generate_ms"]
+FlareAction = Literal["add", "refine", "drop"]
+"""What an active retrieval did: CORRECT evidence added, AMBIGUOUS evidence refined and added, or INCORRECT (or a
+failed search): the sentence dropped, never asserted."""
+Stage = Literal["retrieve_ms", "rerank_ms", "crag_ms", "generate_ms", "flare_ms"]
 
 
 class Candidate(TypedDict):
@@ -87,6 +91,48 @@ class Thresholds(TypedDict):
     """The score factor for a chunk lacking a condition the question names."""
 
 
+class FlareTimings(TypedDict):
+    """Milliseconds of one active retrieval, by step (0: the step did not run)."""
+
+    query_ms: float
+    """Forming the query: masking the sentence, or the chat model's question."""
+    retrieve_ms: float
+    """The search."""
+    rerank_ms: float
+    """The grader scoring what the search found."""
+    refine_ms: float
+    """Refining AMBIGUOUS evidence into strips."""
+    generate_ms: float
+    """Writing the sentence again with the evidence added."""
+
+
+class ActiveRetrieval(TypedDict):
+    """One FLARE active retrieval, as `crag.flare` lists it."""
+
+    sentence: str
+    """The sentence as the chat model first wrote it, uncertain."""
+    uncertain: list[str]
+    """Its words holding a token below `flare_threshold`."""
+    query: str
+    """What was searched."""
+    query_by: str
+    """How the query was formed: `masked`, `question`, or `masked` with why the question failed."""
+    band: Band | None
+    """The band of the best grader score of what the search found (None: the search or the grader failed)."""
+    top_score: float | None
+    """That score."""
+    action: FlareAction | None
+    """What was done with it (None only while it is being decided)."""
+    added: list[str]
+    """The chunks added to the context."""
+    rewritten: str | None
+    """The sentence as written again with the evidence added (None: dropped, or the model wrote nothing)."""
+    failure: str | None
+    """Why the search or the grading failed (the sentence is then dropped)."""
+    timings: FlareTimings
+    """Its milliseconds by step."""
+
+
 class Timings(TypedDict):
     """Milliseconds per stage; a stage the run did not pass through is 0."""
 
@@ -97,7 +143,9 @@ class Timings(TypedDict):
     crag_ms: float
     """Everything the correction adds: grading, refinement, the rewrite and the second retrieval."""
     generate_ms: float
-    """The generator."""
+    """The generator (FLARE: every draft, and every sentence written again)."""
+    flare_ms: NotRequired[float]
+    """FLARE mode only: the active retrievals (forming queries, searching, grading, refining)."""
 
 
 class Trace(TypedDict):
@@ -131,6 +179,11 @@ class Trace(TypedDict):
     """The grader's name."""
     thresholds: Thresholds | None
     """The thresholds the run used (None where the settings could not be resolved)."""
+    flare: NotRequired[list[ActiveRetrieval]]
+    """FLARE mode only: each active retrieval, in the order the sentences were written."""
+    flare_stop: NotRequired[str | None]
+    """FLARE mode only: why writing stopped: `end` (the model finished), `sentence cap`, or `retrieval cap` (an
+    uncertain sentence was left unsearched, and not asserted); None when the run did not reach the answer."""
 
 
 class InputState(TypedDict, total=False):
@@ -196,3 +249,13 @@ class State(InputState, OutputState, total=False):
     """Why the run cannot answer (a fault, an unusable question); every route sends it to `abstain`."""
     timings: dict[str, float]
     """This question's milliseconds per stage so far: each timed node writes the totals with its own time added."""
+    sentences: list[str]
+    """FLARE: the sentences kept for the answer so far (confident, or written again on graded evidence)."""
+    ahead: list[Sentence] | None
+    """FLARE: sentences the last draft wrote that are not checked yet; None: the next `draft` asks the chat model."""
+    pending: Sentence | None
+    """FLARE: the uncertain sentence being searched for; after its evidence is added, `draft` writes it again."""
+    found: list[Candidate]
+    """FLARE: what the current active retrieval found, graded, best first."""
+    flare: list[ActiveRetrieval]
+    """FLARE: the active retrievals so far (their number is capped by `FASTRAG_FLARE_MAX_RETRIEVALS`)."""

@@ -26,7 +26,56 @@ function contextFromForm() {
     if (v !== "") ctx[name] = parseInt(v, 10);
   }
   if (!$("crag_enabled").checked) ctx.crag_enabled = false;
+  if ($("mode").value) ctx.mode = $("mode").value;
   return ctx;
+}
+
+function cell(row, value, className) {
+  const td = document.createElement("td");
+  td.textContent = value === null || value === undefined || value === "" ? "—" : String(value);
+  if (className) td.className = className;
+  row.appendChild(td);
+  return td;
+}
+
+// FLARE mode: one row per active retrieval (the uncertain sentence, its query, the band of what it found, what was
+// done: add, refine or drop, and its step timings); hidden for a CRAG answer.
+function drawFlare(crag) {
+  const section = $("flare");
+  const rows = crag.flare;
+  section.hidden = !Array.isArray(rows);
+  if (!Array.isArray(rows)) return;
+  $("flare-summary").textContent =
+    `${rows.length} active retrieval${rows.length === 1 ? "" : "s"}; writing stopped: ${crag.flare_stop || "—"}`;
+  const body = $("flare-table").querySelector("tbody");
+  body.replaceChildren();
+  rows.forEach((r, i) => {
+    const tr = document.createElement("tr");
+    tr.className = `flare-row ${r.action || ""}`;
+    tr.dataset.action = r.action || "";
+    tr.dataset.band = r.band || "";
+    cell(tr, i + 1);
+    const sentence = cell(tr, r.sentence, "sentence");
+    if (r.rewritten) {
+      const again = document.createElement("div");
+      again.className = "rewritten";
+      again.textContent = `→ ${r.rewritten}`; // the sentence as written again on the added evidence
+      sentence.appendChild(again);
+    }
+    cell(tr, `${r.query} (${r.query_by})`, "query");
+    const band = document.createElement("td");
+    const tag = document.createElement("span");
+    tag.className = `band ${r.band || ""}`;
+    tag.textContent = r.band || "FAILED"; // no band: the search or the grader failed (the sentence was dropped)
+    if (r.failure) tag.title = r.failure;
+    band.appendChild(tag);
+    tr.appendChild(band);
+    cell(tr, r.action, "action");
+    const t = r.timings || {};
+    cell(tr, Object.entries(t).filter(([, v]) => v > 0).map(([k, v]) => `${k.replace(/_ms$/, "")} ${v.toFixed(1)}`)
+      .join(" · "), "timings");
+    body.appendChild(tr);
+  });
 }
 
 function svg(tag, attrs, content) {
@@ -117,6 +166,7 @@ function render(out) {
   const timings = crag.timings || {};
   text("trace-timings", Object.entries(timings).map(([k, v]) => `${k.replace(/_ms$/, "")} ${v.toFixed(1)}`).join(" · "));
   drawChart(crag.verdicts || [], crag.thresholds);
+  drawFlare(crag);
   $("result").hidden = false;
 }
 

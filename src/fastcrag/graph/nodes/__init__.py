@@ -1,4 +1,4 @@
-"""The graph's six nodes, one module each; `make(parts)` builds each node function over the components."""
+"""The graph's nodes, one module each (CRAG's six, FLARE mode's five); `make(parts)` builds each over the parts."""
 
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from langchain_core.retrievers import BaseRetriever
 from langgraph.runtime import Runtime
 
 from fastcrag.components import Components
@@ -24,10 +25,26 @@ from fastcrag.retrieval.hybrid import HybridRetriever, Mode, chunk_key, fused_or
 from fastcrag.retrieval.text import normalise, split_title
 
 
-def _candidate(doc: Any) -> Candidate:
+def candidate_of(doc: Any) -> Candidate:
+    """A retrieved document as an ungraded candidate."""
     meta = doc.metadata or {}
     text = str(doc.page_content)
     return {"chunk_id": chunk_key(text, meta), "source": str(meta.get("source", "")), "text": text, "score": 0.0}
+
+
+def search(
+    retriever: BaseRetriever, query: str, mode: Mode | None = None, extra: int = 0
+) -> tuple[list[Any], str, int]:
+    """The documents for `query`, the route taken, and how many of them to grade.
+
+    A `HybridRetriever` searches in `mode` (its own when None) `extra` documents deeper than its `k`, and `k` are
+    graded; any other retriever's documents are all graded.
+    """
+    if isinstance(retriever, HybridRetriever):
+        docs, route = retriever.search(query, mode, k=retriever.k + extra)
+        return docs, route, retriever.k
+    docs = retriever.invoke(query)
+    return docs, type(retriever).__name__, len(docs)
 
 
 def collapse_copies(candidates: Iterable[Candidate]) -> list[Candidate]:
@@ -60,18 +77,12 @@ def retrieve(state: State, run: Run) -> dict[str, Any]:
     graded = {c["chunk_id"]: c for c in state.get("candidates") or [] if not c.get("ungraded")} if retry else {}
     started = time.perf_counter()
     try:
-        retriever = run.parts.retriever()
-        if isinstance(retriever, HybridRetriever):
-            # a keyword rewrite is a bag of search terms: it is searched lexically
-            mode: Mode | None = "lexical" if retry and state.get("rewriter") == "keyword" else None
-            docs, update["retrieval"] = retriever.search(query, mode, k=retriever.k + len(graded))
-            depth = retriever.k
-        else:
-            docs, update["retrieval"] = retriever.invoke(query), type(retriever).__name__
-            depth = len(docs)
+        # a keyword rewrite is a bag of search terms: it is searched lexically
+        mode: Mode | None = "lexical" if retry and state.get("rewriter") == "keyword" else None
+        docs, update["retrieval"], depth = search(run.parts.retriever(), query, mode, len(graded))
     except Exception as exc:  # a retriever failure abstains with the reason in the trace
         return update | {"failure": f"retriever raised {type(exc).__name__}: {exc}"}
-    fresh = [c for c in collapse_copies(map(_candidate, docs)) if c["chunk_id"] not in graded][:depth]
+    fresh = [c for c in collapse_copies(map(candidate_of, docs)) if c["chunk_id"] not in graded][:depth]
     fetched = time.perf_counter()
     try:
         # Candidates are always graded against the user's question: a rewrite may widen recall,

@@ -82,8 +82,17 @@ def stage(parts: Components, body: Body, timed: Stage | None) -> Node:
     return node
 
 
-def trace(state: State, action: Action, timings: dict[str, float], parts: Components, cfg: RunConfig | None) -> Trace:
+def trace(
+    state: State,
+    action: Action,
+    timings: dict[str, float],
+    parts: Components,
+    cfg: RunConfig | None,
+    flare_stop: str | None = None,
+) -> Trace:
     """The `crag` decision trace returned with every answer: what the run did, with which grader and thresholds.
+
+    A FLARE-mode run's trace also lists its active retrievals (`flare`), why writing stopped and their stage time.
 
     Args:
         state: The run's state.
@@ -91,12 +100,13 @@ def trace(state: State, action: Action, timings: dict[str, float], parts: Compon
         timings: The question's stage times.
         parts: The components (the grader's name).
         cfg: The run's settings (its thresholds), or None where they could not be resolved.
+        flare_stop: FLARE mode: why writing stopped (None: the run did not reach the answer).
     """
     try:
         reranker: str | None = parts.reranker().name
     except Exception:  # the failure itself is already in the trace
         reranker = None
-    return {
+    out: Trace = {
         "action": action,
         "band": state.get("band"),
         "top_score": state.get("top_score"),
@@ -125,6 +135,11 @@ def trace(state: State, action: Action, timings: dict[str, float], parts: Compon
             else None
         ),
     }
+    if cfg is not None and cfg.flare:
+        out["timings"]["flare_ms"] = round(timings.get("flare_ms", 0.0), 3)
+        out["flare"] = list(state.get("flare") or [])
+        out["flare_stop"] = flare_stop
+    return out
 
 
 def reply(
