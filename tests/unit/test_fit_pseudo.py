@@ -123,8 +123,8 @@ def test_utility_and_blend() -> None:
     assert blend(Thresholds(0.6, 0.5), Thresholds(0.2, 0.3), 1.0).upper == 0.6  # never below the lower edge
 
 
-def draw(obs: Sequence[Observation]) -> Thresholds:
-    return calibrate_on(obs, 0.9, 0.5)[0]
+def draw(obs: Sequence[Observation]) -> tuple[Thresholds, str]:
+    return calibrate_on(obs, 0.9, 0.5)
 
 
 def test_shrinkage_trusts_labels_that_separate_and_a_prior_that_does() -> None:
@@ -134,7 +134,7 @@ def test_shrinkage_trusts_labels_that_separate_and_a_prior_that_does() -> None:
     trusted = shrink(labels, bad_prior, [], draw, groups, seed=3, prior_name="p")
     assert trusted.weight is not None and trusted.weight >= 0.75 and "cross-validation" in trusted.objective
     assert trusted.cv[f"{trusted.weight:g}"] >= trusted.cv["0"]
-    good_prior = draw(_obs(400, 0.4, 2, "p"))  # the same corpus, drawn on many more questions
+    good_prior = draw(_obs(400, 0.4, 2, "p"))[0]  # the same corpus, drawn on many more questions
     kept = shrink(labels, good_prior, [], draw, groups, seed=3, prior_name="p")
     assert kept.weight is not None and kept.weight <= 0.5  # ties go to the prior: labels must show they do better
     lo, hi = kept.intervals["reranker_threshold"] or (0, 0)

@@ -25,7 +25,8 @@ INTERVAL_ROUNDS = 200
 INTERVAL = (5.0, 95.0)
 """The percentiles of a threshold's bootstrap interval."""
 
-Draw = Callable[[Sequence[Observation]], Thresholds]
+Draw = Callable[[Sequence[Observation]], tuple[Thresholds, str]]
+"""A threshold rule: the thresholds drawn on observations, and how (`fastcrag.fitting.measure.calibrate_on`)."""
 
 
 @dataclass
@@ -93,7 +94,7 @@ def intervals(obs: Sequence[Observation], draw: Draw, seed: int, rounds: int = I
     for _ in range(rounds):
         sample = [o for i in rng.integers(0, len(groups), len(groups)) for o in groups[i]]
         if _both_kinds(sample):
-            out.append(draw(sample))
+            out.append(draw(sample)[0])
     return out
 
 
@@ -114,9 +115,10 @@ def percentile_intervals(draws: Sequence[Thresholds]) -> dict[str, tuple[float, 
 
 
 def draw_alone(obs: Sequence[Observation], draw: Draw, seed: int, what: str) -> Drawn:
-    """The thresholds drawn on `obs`, with their bootstrap intervals."""
+    """The thresholds drawn on `obs`, with their bootstrap intervals; the objective names the rule and `what`."""
     draws = intervals(obs, draw, seed)
-    return Drawn(draw(obs), what, percentile_intervals(draws), draws=draws)
+    thresholds, rule = draw(obs)
+    return Drawn(thresholds, f"{rule}; {what}", percentile_intervals(draws), draws=draws)
 
 
 def _fold_of(question: str, groups: dict[str, str], folds: int, seed: int) -> int:
@@ -147,19 +149,19 @@ def shrink(
         train = [o for o in labelled if _fold_of(o.question, groups, folds, seed) != k]
         if not test or not _both_kinds(train):
             continue
-        drawn = draw(train)
+        drawn = draw(train)[0]
         judged += len(test)
         for w in WEIGHTS:
             totals[w] += utility(test, blend(drawn, prior, w)) * len(test)
     cv = {f"{w:g}": round(v / judged, 4) for w, v in totals.items()} if judged else {}
     weight = max(WEIGHTS, key=lambda w: (round(totals[w], 9), -w)) if judged else 1.0
-    own = draw(labelled)
+    own, rule = draw(labelled)
     own_draws = intervals(labelled, draw, seed)
     prior_draws = list(prior_draws) or [prior]
     blended = [blend(d, prior_draws[i % len(prior_draws)], weight) for i, d in enumerate(own_draws)]
     return Drawn(
         blend(own, prior, weight),
-        f"the labelled draw blended with {prior_name} at the labels' weight {weight:g}, chosen by {folds}-fold "
+        f"{rule}; the labelled draw blended with {prior_name} at the labels' weight {weight:g}, chosen by {folds}-fold "
         f"cross-validation over the labels (folds by source) among {', '.join(f'{w:g}' for w in WEIGHTS)}: mean "
         f"truthfulness on the held-out folds (an answer right when its best-graded passage is evidence) {cv}",
         percentile_intervals(blended),

@@ -289,14 +289,11 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
         def rule(obs: Sequence[Observation]) -> tuple[Thresholds, str]:
             return calibrate_on(obs, opts.precision, opts.min_recall)
 
-        def draw(obs: Sequence[Observation]) -> Thresholds:
-            return rule(obs)[0]
-
         pseudo_obs = observe(base_cached, pseudo, top_k, True, opts.progress, "pseudo-questions, base", factor)
-        label_free = draw_alone(pseudo_obs, draw, opts.seed, LABEL_FREE) if pseudo_obs else None
+        label_free = draw_alone(pseudo_obs, rule, opts.seed, LABEL_FREE) if pseudo_obs else None
         base_obs = observe(base_cached, held, top_k, True, opts.progress, "labelled, base", factor) if held else []
         measured_on = base_obs or pseudo_obs  # the figures are measured on the labels when there are any
-        figures = {"base": figures_of(base.name, measured_on, draw(measured_on) if items else None)}
+        figures = {"base": figures_of(base.name, measured_on, rule(measured_on)[0] if items else None)}
         if packaged is not None:
             packaged_obs = (
                 measured_on
@@ -332,7 +329,7 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
             fitted = load_reranker(str(export))
             fitted_cached = CachingReranker(fitted)
             fitted_obs = observe(fitted_cached, held, top_k, True, opts.progress, "held-out, fitted", factor)
-            figures["fitted"] = figures_of(name, fitted_obs, draw(fitted_obs))
+            figures["fitted"] = figures_of(name, fitted_obs, rule(fitted_obs)[0])
             before, after = figures["base"].aucs(), figures["fitted"].aucs()
             keep, ahead = keep_fitted(base_obs, fitted_obs, opts.seed)
             training["ahead_in_resamples"] = round(ahead, 3)
@@ -343,7 +340,7 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
                 shutil.copytree(export, grader_dir)
                 if pseudo:  # the label-free prior, in the fitted grader's scores
                     pseudo_obs = observe(fitted_cached, pseudo, top_k, True, opts.progress, "pseudo, fitted", factor)
-                    label_free = draw_alone(pseudo_obs, draw, opts.seed, LABEL_FREE)
+                    label_free = draw_alone(pseudo_obs, rule, opts.seed, LABEL_FREE)
             else:
                 shutil.copytree(export, tmp / "rejected-grader")
                 # the base never saw the fit part either: every question calibrates it
@@ -370,16 +367,15 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
             else:
                 prior, prior_draws, prior_name = None, [], ""
             drawn = (
-                shrink(calibration_obs, prior, prior_draws, draw, groups, opts.seed, prior_name)
+                shrink(calibration_obs, prior, prior_draws, rule, groups, opts.seed, prior_name)
                 if prior is not None
-                else draw_alone(calibration_obs, draw, opts.seed, "thresholds drawn on the labels alone")
+                else draw_alone(calibration_obs, rule, opts.seed, "thresholds drawn on the labels alone")
             )
             figures["kept, final thresholds"] = figures_of(kept_name, calibration_obs, drawn.thresholds)
         else:
             assert label_free is not None  # a fit has labels or pseudo-questions (checked above)
             drawn, calibration_obs = label_free, pseudo_obs
-        chosen = drawn.thresholds
-        objective = f"{rule(calibration_obs)[1]}; {drawn.objective}"
+        chosen, objective = drawn.thresholds, drawn.objective
         if calibrated_on:
             curve = order_curve(kept_cached, calibrated_on, top_k, factor)
             weight, weight_objective = choose_weight(curve)
