@@ -9,9 +9,9 @@ from fastcrag import metrics
 from fastcrag.components import Components
 from fastcrag.graph.nodes import Node
 from fastcrag.graph.nodes.lookup import SentenceEvidence
-from fastcrag.graph.nodes.refine import strips
+from fastcrag.graph.nodes.refine import strips, usable
 from fastcrag.graph.nodes.stage import Run, stage
-from fastcrag.graph.state import ActiveRetrieval, FlareAction, Passage, State
+from fastcrag.graph.state import ActiveRetrieval, FlareAction, State
 
 
 def admit(state: State, run: Run) -> dict[str, Any]:
@@ -28,18 +28,14 @@ def admit(state: State, run: Run) -> dict[str, Any]:
         return {"failure": "no active retrieval to admit"}
     entry = retrievals[-1]
     found = list(state.get("found") or [])
-    usable: list[Passage] = [
-        {"chunk_id": c["chunk_id"], "source": c["source"], "text": c["text"], "score": c["score"]}
-        for c in found
-        if c["score"] >= cfg.reranker_threshold
-    ]
+    kept = usable(found, cfg.reranker_threshold)
     started = time.perf_counter()
     refine_ms = 0.0
-    passages = usable
+    passages = kept
     if entry["band"] == "AMBIGUOUS":
         try:
             grader = SentenceEvidence(run.parts.reranker(), str(state["question"]), cfg.condition_factor)
-            passages = strips(grader, entry["query"], found, cfg)[0] or usable
+            passages = strips(grader, entry["query"], found, cfg)[0] or kept
         except Exception as exc:
             return {"failure": f"refinement failed: {exc}"}
         refine_ms = round((time.perf_counter() - started) * 1000, 3)

@@ -14,6 +14,15 @@ from fastcrag.graph.state import Candidate, Passage, State
 from fastcrag.retrieval.text import body_sentences, count_tokens, opens_section, split_title, titled
 
 
+def usable(candidates: Sequence[Candidate], threshold: float) -> list[Passage]:
+    """The candidates graded at or above `threshold`, as passages, in their order."""
+    return [
+        {"chunk_id": c["chunk_id"], "source": c["source"], "text": c["text"], "score": c["score"]}
+        for c in candidates
+        if c["score"] >= threshold
+    ]
+
+
 def strips(
     reranker: Reranker, query: str, candidates: Sequence[Candidate], cfg: RunConfig
 ) -> tuple[list[Passage], int]:
@@ -25,11 +34,7 @@ def strips(
     Raises:
         RerankerError: the reranker failed.
     """
-    usable = [c for c in candidates if c["score"] >= cfg.reranker_threshold]
-    chunks: list[Passage] = [
-        {"chunk_id": c["chunk_id"], "source": c["source"], "text": c["text"], "score": c["score"]}
-        for c in usable[: 2 * cfg.top_n]
-    ]
+    chunks = usable(candidates, cfg.reranker_threshold)[: 2 * cfg.top_n]
     parts = [(c, split_title(c["text"])[0], body_sentences(c["text"])) for c in chunks]  # each chunk split once
     pieces = [(s, c) for c, _, body in parts for s in body]
     leads = {id(c): body[0] for c, _, body in parts if body and opens_section(c["text"])}
