@@ -30,6 +30,7 @@ from fastcrag.cli import main
 from fastcrag.config.settings import Context, Settings
 from fastcrag.evaluation import launch
 from fastcrag.evaluation.launch import ServerProcess, ServerStartError, free_port
+from sse import sse_events
 
 from fakes import CALIBRATION, ListRetriever, ScriptedReranker, doc
 
@@ -242,7 +243,7 @@ def test_tokens_stream_through_fastcrag_serve(tmp_path: Path, openai_env: dict[s
             first_token_s = None
             with httpx.stream("POST", f"{served.url}/runs/stream", json=body, timeout=TIMEOUT_S * 3) as resp:
                 assert resp.status_code == 200
-                for event, data in _sse(resp):
+                for event, data in sse_events(resp):
                     if event == "messages":
                         message, meta = data
                         chunks.append(message)
@@ -262,18 +263,6 @@ def test_tokens_stream_through_fastcrag_serve(tmp_path: Path, openai_env: dict[s
     assert reply["type"] == "ai" and reply["id"] == chunks[0]["id"]  # the streamed message becomes the reply
     assert streamed and reply["content"].startswith(streamed)
     assert first_token_s is not None and first_token_s < total_s
-
-
-def _sse(resp: httpx.Response) -> Iterator[tuple[str, Any]]:
-    event, data = "", []
-    for line in resp.iter_lines():
-        if line.startswith("event:"):
-            event = line.removeprefix("event:").strip()
-        elif line.startswith("data:"):
-            data.append(line.removeprefix("data:").strip())
-        elif not line and event:
-            yield event, json.loads("\n".join(data)) if data else None
-            event, data = "", []
 
 
 def test_flare_mode_reads_the_servers_log_probabilities(

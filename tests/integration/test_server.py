@@ -7,7 +7,6 @@ The server runs as a subprocess on a free loopback port (killed at the end), wit
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import statistics
 import time
@@ -20,6 +19,7 @@ import pytest
 
 from fastcrag.evaluation import launch
 from fastcrag.evaluation.launch import ServerProcess, ServerStartError, langgraph_dev
+from sse import sse_events
 
 pytestmark = pytest.mark.integration
 
@@ -255,18 +255,6 @@ def test_runs_wait_abstains_off_corpus_and_takes_context(server: Server) -> None
     raised = server.wait("How does the with statement work?", context={"reranker_threshold": 0.99, "crag_upper": 1.0})
     assert raised["crag"]["action"] == "abstain"
     assert raised["crag"]["thresholds"] is not None
-
-
-def sse_events(resp: httpx.Response) -> Iterator[tuple[str, Any]]:
-    event, data = "", []
-    for line in resp.iter_lines():
-        if line.startswith("event:"):
-            event = line.removeprefix("event:").strip()
-        elif line.startswith("data:"):
-            data.append(line.removeprefix("data:").strip())
-        elif not line and event:
-            yield event, json.loads("\n".join(data)) if data else None
-            event, data = "", []
 
 
 def test_runs_stream_shows_nodes_and_the_graded_event(server: Server) -> None:
