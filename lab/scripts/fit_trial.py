@@ -666,6 +666,50 @@ def summary(folders: Sequence[Path]) -> str:
     return "\n".join([*lines, *([""] if notes else []), *notes])
 
 
+SWEEP = tuple(round(0.30 + 0.05 * i, 2) for i in range(14))
+"""`reranker_threshold` values `sweep` tries (0.30 ... 0.95)."""
+
+
+def sweep(folder: Path) -> dict[str, Any]:
+    """Truthfulness against `reranker_threshold` in a trial folder (its `base` and `plain` rows).
+
+    Each question counts as answered when its top grade in the `base` row reaches the threshold, and as right or
+    wrong as plain RAG answered it (grading alone: no refinement, no reader floor); every answered near miss is
+    wrong. Also the label-free fit's threshold (`fit-labelfree/calibration.json`) when there is one.
+    """
+    corpus, rows, _ = read_trial(folder)
+    if not {"base", "plain"} <= set(rows):
+        raise SystemExit(f"{folder}: sweep needs the base and plain rows (--rows base,plain,...)")
+    base, plain = rows["base"]["records"], rows["plain"]["records"]
+    pairs = [(kind, b, p) for kind in ("answerable", "near_miss") for b, p in zip(base[kind], plain[kind], strict=True)]
+    curve = {}
+    for t in SWEEP:
+        answered = [(kind, p) for kind, b, p in pairs if (b.get("top_score") or 0.0) >= t]
+        score = sum(1 if kind == "answerable" and p["right"] else -1 for kind, p in answered)
+        curve[t] = round(score / max(1, len(pairs)), 3)
+    fitted = folder / "fit-labelfree" / "calibration.json"
+    label_free = json.loads(fitted.read_text(encoding="utf-8"))["reranker_threshold"] if fitted.is_file() else None
+    return {"corpus": corpus, "curve": curve, "label_free": label_free}
+
+
+def sweep_lines(folders: Sequence[Path]) -> list[str]:
+    """One markdown table: truthfulness at each swept threshold, per trial folder, its peak and the label-free fit's."""
+    head = [
+        "| corpus | " + " | ".join(f"{t:.2f}" for t in SWEEP) + " | peak | label-free |",
+        "|---" * (len(SWEEP) + 3) + "|",
+    ]
+    lines = []
+    for folder in folders:
+        r = sweep(folder)
+        peak = max(r["curve"], key=lambda t: (r["curve"][t], t))
+        lines.append(
+            f"| {r['corpus']} | "
+            + " | ".join(f"{v:.2f}" for v in r["curve"].values())
+            + f" | {peak:.2f} ({r['curve'][peak]:.2f}) | {_fmt(r['label_free'])} |"
+        )
+    return [*head, *lines]
+
+
 def _fits(
     a: argparse.Namespace,
     rows: list[str],
@@ -805,12 +849,19 @@ def trial(argv: Sequence[str] | None = None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Command line: a trial, or `summary RUNDIR...` (one markdown table over trial folders)."""
+    """Command line: a trial, `summary RUNDIR...` (one markdown table over trial folders), or `sweep RUNDIR...`."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["summary"]:
         p = argparse.ArgumentParser(prog="fit_trial summary", description="One markdown table over trial folders.")
         p.add_argument("folders", nargs="+", type=Path, help="trial folders (`--out` of earlier trials)")
         print(summary(p.parse_args(args[1:]).folders))
+        return
+    if args[:1] == ["sweep"]:
+        p = argparse.ArgumentParser(
+            prog="fit_trial sweep", description="Truthfulness against reranker_threshold over trial folders."
+        )
+        p.add_argument("folders", nargs="+", type=Path, help="trial folders with the base and plain rows")
+        print("\n".join(sweep_lines(p.parse_args(args[1:]).folders)))
         return
     trial(args)
 

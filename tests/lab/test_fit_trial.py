@@ -258,3 +258,25 @@ def test_summary_over_trial_folders(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "fit without labels skipped (fit failed)" in out
     with pytest.raises(SystemExit, match=r"no trial\.json"):
         ft.main(["summary", str(tmp_path)])
+
+
+def test_sweep_counts_answers_by_the_base_rows_top_grade(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "trial"
+    (folder / "fit-labelfree").mkdir(parents=True)
+    base = {
+        "answerable": [{"top_score": 0.9}, {"top_score": 0.5}],
+        "near_miss": [{"top_score": 0.7}, {"top_score": None}],
+    }
+    plain = {"answerable": [{"right": True}, {"right": False}], "near_miss": [{"right": False}, {"right": False}]}
+    rows = {"base": {"records": base}, "plain": {"records": plain}}
+    (folder / "trial.json").write_text(json.dumps({"corpus": "c", "rows": rows}))
+    (folder / "fit-labelfree" / "calibration.json").write_text(json.dumps({"reranker_threshold": 0.85}))
+    curve = ft.sweep(folder)["curve"]
+    # at 0.30 three are answered: one right (+1), one answerable wrong and one near miss (-2), of four questions
+    assert curve[0.3] == -0.25 and curve[0.55] == 0.0 and curve[0.75] == 0.25 and curve[0.95] == 0.0
+    ft.main(["sweep", str(folder)])
+    assert "| c | " in (out := capsys.readouterr().out) and "| 0.90 (0.25) | 0.85 |" in out
+    del rows["plain"]
+    (folder / "trial.json").write_text(json.dumps({"corpus": "c", "rows": rows}))
+    with pytest.raises(SystemExit, match="base and plain rows"):
+        ft.sweep(folder)
