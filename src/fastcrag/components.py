@@ -6,10 +6,11 @@ Parts are methods, not properties: LangGraph inspects node closures with `getatt
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from langchain_core.documents import Document
 from langchain_core.language_models import BaseChatModel
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.vectorstores import VectorStore
@@ -142,12 +143,30 @@ class Components:
         if isinstance(given, str):
             if given == EXTRACTIVE:
                 cal = self.calibration()
-                return ExtractiveGenerator(self.reranker(), cal.reader_threshold, cal.refine_reader_threshold)
+                thresholds = cal.reader_threshold, cal.refine_reader_threshold
+                return ExtractiveGenerator(self.reranker(), *thresholds, chunks=self.chunks_by_id)
             model = load_chat_model(given, self.settings.max_new_tokens, self.settings.llm_timeout_s)
             return ChatGenerator(model, self.settings.llm_timeout_s, name=given)
         if isinstance(given, BaseChatModel):
             return ChatGenerator(given, self.settings.llm_timeout_s)
         return given
+
+    def chunks_by_id(self, ids: Sequence[str]) -> list[Document]:
+        """Chunks by id from the retriever's store (LangChain's `VectorStore.get_by_ids`).
+
+        The store is the retriever's (`HybridRetriever.store`, a LangChain retriever's `vectorstore`), asked on first
+        use, so building the generator loads no index.
+
+        Raises:
+            NotImplementedError: the retriever has no store, or its store cannot fetch by id.
+        """
+        retriever = self.retriever()
+        store = getattr(retriever, "store", None)  # not `or`: a store's truth is its length (a query in Postgres)
+        if store is None:
+            store = getattr(retriever, "vectorstore", None)
+        if not isinstance(store, VectorStore):
+            raise NotImplementedError("the retriever has no store to fetch chunks from")
+        return list(store.get_by_ids(ids))
 
     def flare_unsupported(self) -> str | None:
         """Why this generator cannot run FLARE mode (naming the mode and the provider), or None when it can.

@@ -336,3 +336,29 @@ def test_components_pick_the_postgres_store_from_settings(db: str, monkeypatch: 
     with pytest.raises(PgStoreError, match="no collection 'missing'") as missing:
         Components(settings=Settings(store=db, collection="missing")).retriever()
     assert PASSWORD not in str(missing.value)
+
+
+def test_get_by_ids_and_the_next_chunks_of_a_section_like_faiss(db: str, tmp_path: Path) -> None:
+    from fastcrag.retrieval.sections import section_after
+
+    guide = SourceDocument(
+        "guide.md",
+        "Guide",
+        "# Alpha\n\n"
+        + " ".join(f"Alpha sentence number {i} says something about the alpha topic." for i in range(12))
+        + "\n\n# Beta\n\nBeta is another topic. It has its own lead.",
+    )
+    _build(db, [guide, *DOCS])
+    build_index([guide, *DOCS], tmp_path, HashEmbeddings(), chunk_tokens=32, chunk_overlap=8, progress=False)
+    faiss = FaissStore.load(tmp_path, HashEmbeddings())
+    ids = faiss.documents["guide.md"]["ids"]
+    with _store(db) as store:
+        got = store.get_by_ids([ids[1], "nope-0", ids[0]])
+        assert [d.id for d in got] == [ids[1], ids[0]]
+        assert [(d.page_content, d.metadata) for d in got] == [
+            (d.page_content, d.metadata) for d in faiss.get_by_ids(ids[1::-1])
+        ]
+        after = [(d.id, d.page_content) for d in section_after(store, ids[0], 20)]
+        assert after == [(d.id, d.page_content) for d in section_after(faiss, ids[0], 20)]
+        assert len(after) == len(ids) - 2 and "Beta" not in after[-1][1]  # Alpha's continued chunks, cut before Beta
+        assert store.get_by_ids([]) == []

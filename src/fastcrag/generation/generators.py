@@ -4,19 +4,24 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextvars
+import logging
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from langchain_core.documents import Document
 from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, Field
 
 from fastcrag.generation import prompts
 from fastcrag.grading.reader import Span, is_reader
 from fastcrag.grading.reranker import Reranker, checked_scores
+from fastcrag.retrieval.sections import FetchChunks, Part, part_holding, parts, section_opening
 from fastcrag.retrieval.structure import prose, without_label
-from fastcrag.retrieval.text import body_sentences, opens_section, split_sentences, split_title
+from fastcrag.retrieval.text import body_sentences, split_sentences, split_title, titled
+
+log = logging.getLogger(__name__)
 
 Schema = TypeVar("Schema", bound=BaseModel)
 NOSTREAM = "nostream"
@@ -40,12 +45,15 @@ class Answer:
     """Generated text, the indices of the passages it rests on, and the chat model's message id (when streamed).
 
     The reply to a chat carries `message_id`, so a client that streamed the model's tokens under that id sees them
-    become the final message (with its sources) instead of a second one.
+    become the final message (with its sources) instead of a second one. `read` holds the chunks the answer read
+    beyond the passages it was given (`chunk_id`, `source`, `text`, `score`); in `used` they follow the passages
+    (index `len(passages) + j` is `read[j]`).
     """
 
     text: str
     used: list[int]
     message_id: str | None = None
+    read: tuple[Mapping[str, Any], ...] = field(default=())
 
 
 class Generator(Protocol):
@@ -133,6 +141,11 @@ _EXPLAIN = re.compile(
     r"^(how|why|explain|describe)\b|^what\s+(is|are|does|do)\s+(an?\s+|the\s+)?\S+(\s+\S+)?\s*\??$"
     r"|^what\s+(does|do)\b.*\b(mean|do|work)\s*\??$"
 )
+_FACT = re.compile(
+    r"^(who|whom|whose|where)\b|^when\s+(did|was|were|will|had|has)\b"
+    r"|^(what|which)\s+(year|date|day|month|time|percentage|number|name|colou?r|country|city|person)\b"
+    r"|^what\s+(is|was|are|were)\s+the\s+(name|number|date|year|population|percentage)\s+of\b"
+)
 _REFERENCE = re.compile(
     r"^(see( also)?|further reading|references|related (topics|links)|external links)\b",
     re.IGNORECASE,
@@ -143,6 +156,12 @@ def asks_for_explanation(question: str) -> bool:
     """Whether a question asks how, why or what something is (answered by a few sentences), not for one fact."""
     q = " ".join(question.casefold().split())
     return not _QUANTITY.match(q) and bool(_EXPLAIN.match(q))
+
+
+def asks_for_fact(question: str) -> bool:
+    """Whether a question asks for one fact: a person, a place, a time, a quantity, a name."""
+    q = " ".join(question.casefold().split())
+    return bool(_QUANTITY.match(q) or _FACT.match(q))
 
 
 def is_reference_line(sentence: str) -> bool:
@@ -182,6 +201,7 @@ class ExtractiveGenerator:
         reranker: Reranker,
         reader_threshold: float | None = None,
         refine_reader_threshold: float | None = None,
+        chunks: FetchChunks | None = None,
     ) -> None:
         """Read or score strips with `reranker` (the grader).
 
@@ -190,15 +210,23 @@ class ExtractiveGenerator:
             reader_threshold: Calibrated minimum span score (calibration.json `reader_threshold`); 0 when None.
             refine_reader_threshold: The minimum for AMBIGUOUS evidence (`refine_reader_threshold`); when None,
                 `reader_threshold`.
+            chunks: Chunks by id from the store (`VectorStore.get_by_ids`), where an explain answer finds the lead
+                of a section that opened before its passage; None: only the passages are read.
         """
         self.reranker = reranker
+        self.chunks = chunks
         self.reader_threshold = reader_threshold or 0.0
         self.refine_reader_threshold = (
             self.reader_threshold if refine_reader_threshold is None else refine_reader_threshold
         )
 
     def generate(
-        self, question: str, passages: Sequence[Mapping[str, Any]], *, abstain: bool = True, ambiguous: bool = False
+        self,
+        question: str,
+        passages: Sequence[Mapping[str, Any]],
+        *,
+        abstain: bool = True,
+        ambiguous: bool = False,
     ) -> Answer:
         """The best span and its sentence (a reader), else the best strip; refined strips keep their scores.
 
@@ -210,7 +238,8 @@ class ExtractiveGenerator:
         """
         if not passages:
             raise ValueError("no passage text to extract from")
-        explain = asks_for_explanation(question)
+        # documentation answers with what a section says, unless one fact is asked for
+        explain = asks_for_explanation(question) or (_documentation(passages[0]) and not asks_for_fact(question))
         if is_reader(self.reranker) and not explain:
             floor = self.refine_reader_threshold if ambiguous else self.reader_threshold
             return self._read(question, passages, floor if abstain else 0.0)  # raises below it
@@ -223,20 +252,25 @@ class ExtractiveGenerator:
                 return Answer(best[1], [best[2]])
             found = first_prose(passages, _reading_order(passages, best[2]))
             return Answer(found[0], [found[1]]) if found else Answer(best[1], [best[2]])
-        return self._explain(strips, passages)
+        return self._explain(question, strips, passages)
 
-    def _explain(self, strips: list[tuple[float, str, int, int]], passages: Sequence[Mapping[str, Any]]) -> Answer:
-        """The best-ranked chunk's lead and best sentences, in its order; never a fragment first."""
+    def _explain(
+        self,
+        question: str,
+        strips: list[tuple[float, str, int, int]],
+        passages: Sequence[Mapping[str, Any]],
+    ) -> Answer:
+        """The best sentence's section's lead, then the best-ranked chunk's best sentences; never a fragment first."""
         anchor = _anchor(passages)
         best = max((t for t in strips if t[2] in anchor), key=lambda t: t[0], default=max(strips, key=lambda t: t[0]))
         chosen = _best_of(strips, anchor if best[2] in anchor else {best[2]})
         if _reads_as_prose(chosen[0][1]):
             chosen = [chosen[0], *(t for t in chosen[1:] if _reads_as_prose(t[1]))]  # no code, row or note after it
-            lead = first_prose(passages, sorted(anchor)) if _opens_section(passages[min(anchor)]) else None
-            texts = [t[1] for t in chosen]
-            if lead is None or any(lead[0] in t for t in texts):
-                return Answer(" ".join(texts), sorted({t[2] for t in chosen}))
-            return self._led(lead, sorted(chosen, key=lambda t: t[0], reverse=True), [])
+            led = self._section_lead(question, passages, best)
+            if led is None:
+                return Answer(" ".join(t[1] for t in chosen), sorted({t[2] for t in chosen}))
+            answer = self._led(led[0], sorted(chosen, key=lambda t: t[0], reverse=True), [])
+            return Answer(answer.text, answer.used, read=led[1])
         # a fragment would open the answer: the page's lead instead, then its passage's best prose sentences
         found = first_prose(passages, _reading_order(passages, best[2], page_first=True))
         if found is None:
@@ -250,6 +284,61 @@ class ExtractiveGenerator:
         rest = _best_of(support, {index}, EXPLAIN_SENTENCES - 1, EXPLAIN_WORDS - len(found[0].split()), first=False)
         return self._led(found, [*rest, *(t for t in chosen if t[2] != index)], [index])
 
+    def _section_lead(
+        self,
+        question: str,
+        passages: Sequence[Mapping[str, Any]],
+        best: tuple[float, str, int, int],
+    ) -> tuple[tuple[str, int, int], tuple[Mapping[str, Any], ...]] | None:
+        """The lead of the documentation section the best sentence stands in; None without one.
+
+        The lead is the section's first `LEAD_SENTENCES` prose sentences (what its subject is and does: the
+        context the best sentence is read in), from the best sentence's chunk (the passage, or for a refined strip
+        its chunk fetched by id) or, where the section opened in an earlier chunk, from that one
+        (`section_opening`). Returns the lead (text, passage index, position) and the chunk it was read from when
+        the passages do not hold it, to cite (scored by the grader, the lead under its title).
+        """
+        passage = passages[best[2]]
+        chunk = str(passage.get("chunk_id") or "")
+        text = str(passage.get("text") or "")
+        if passage.get("strip"):
+            fetched = self._fetch([chunk]) if chunk else []
+            text = fetched[0].page_content if fetched else ""
+        part = part_holding(text, best[1])
+        if part is None:
+            return None
+        source: Mapping[str, Any] | None = None
+        if not part.opens:
+            opening = section_opening(self._fetch, chunk, part.title)
+            held = [p for p in parts(opening.page_content) if p.title == part.title and p.opens] if opening else []
+            if opening is None or not held:
+                return None
+            part = held[0]
+            source = {"chunk_id": str(opening.id), "source": str(opening.metadata.get("source", ""))}
+            source |= {"text": opening.page_content}
+        lead = _lead(part)
+        if not lead:
+            return None
+        if source is None:
+            return (lead, best[2], 0), ()
+        known = next((i for i, p in enumerate(passages) if p.get("chunk_id") == source["chunk_id"]), None)
+        if known is not None:
+            return (lead, known, 0), ()
+        score = checked_scores(self.reranker, question, [titled(part.title, lead)])[0]
+        return (lead, len(passages), 0), ({**source, "score": score},)
+
+    def _fetch(self, ids: Sequence[str]) -> Sequence[Document]:
+        """Chunks by id from the store; none without one, or when it fails (the answer reads the passages alone)."""
+        if self.chunks is None:
+            return []
+        try:
+            return self.chunks(ids)
+        except NotImplementedError:  # a store that cannot fetch by id
+            return []
+        except Exception as exc:
+            log.warning("fetching chunks %s failed: %s: %s", list(ids)[:3], type(exc).__name__, exc)
+            return []
+
     @staticmethod
     def _led(lead: tuple[str, int, int], support: Sequence[tuple[float, str, int, int]], used: list[int]) -> Answer:
         """`lead`, then the `support` sentences that are prose and fit the explain limits, in their reading order.
@@ -260,7 +349,7 @@ class ExtractiveGenerator:
         words = len(lead[0].split())
         for t in support:
             text = prose(without_label(t[1]))
-            if text is None or text in texts or lead[0] in text:
+            if text is None or text in lead[0] or lead[0] in text or text in texts:
                 continue
             n = len(text.split())
             if len(texts) >= EXPLAIN_SENTENCES or words + n > EXPLAIN_WORDS:
@@ -367,6 +456,25 @@ def span_sentence(span: Span, passage: str) -> tuple[str, str | None]:
 
 LEAD_MIN_WORDS = 3
 """A sentence shorter than this (a list number, "See step 7 below") does not lead an answer."""
+LEAD_SENTENCES = 2
+"""A section's lead: its first prose sentences, this many (what the section's subject is, and what it does)."""
+_LEAD_IN = re.compile(r"^(\S+\s+){0,3}\S+:$")
+"""A short line that only introduces what follows ("The syntax is:", "For example:"): no part of a lead."""
+
+
+def _lead(part: Part) -> str:
+    """A section's lead: its first `LEAD_SENTENCES` prose sentences (no code, row, note or reference line)."""
+    lead: list[str] = []
+    for sentence in part.sentences:
+        text = prose(sentence) if not is_reference_line(sentence) else None
+        if text is None or len(text.split()) < LEAD_MIN_WORDS or _LEAD_IN.match(text):
+            continue
+        if lead and len(" ".join([*lead, text]).split()) > EXPLAIN_WORDS:
+            break
+        lead.append(text)
+        if len(lead) == LEAD_SENTENCES:
+            break
+    return " ".join(lead)
 
 
 def _reads_as_prose(sentence: str) -> bool:
@@ -403,12 +511,9 @@ def _anchor(passages: Sequence[Mapping[str, Any]]) -> set[int]:
     return {i for i, p in enumerate(passages) if first is not None and p.get("chunk_id") == first} or {0}
 
 
-def _opens_section(passage: Mapping[str, Any]) -> bool:
-    """Whether a passage is a titled chunk that opens its section, or a section's lead strip.
-
-    An untitled chunk has no section: its first sentence is no lead (a paragraph of running text opens anywhere).
-    """
-    return bool(passage.get("lead")) if passage.get("strip") else bool(opens_section(str(passage.get("text") or "")))
+def _documentation(passage: Mapping[str, Any]) -> bool:
+    """Whether a passage comes from a documentation section: a titled chunk, or a strip of one."""
+    return bool(passage.get("section") if passage.get("strip") else split_title(str(passage.get("text") or ""))[0])
 
 
 def _reading_order(passages: Sequence[Mapping[str, Any]], start: int, *, page_first: bool = False) -> list[int]:

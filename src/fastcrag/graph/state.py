@@ -50,8 +50,8 @@ class Passage(TypedDict, total=False):
     """The grader's score of this text."""
     strip: bool
     """True for a sentence strip kept by `refine`."""
-    lead: bool
-    """True for a strip that is its section's first sentence (its lead, where a definition stands)."""
+    section: str
+    """A strip's section: its chunk's title ("" for an untitled chunk)."""
 
 
 class Citation(TypedDict):

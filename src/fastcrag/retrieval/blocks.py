@@ -31,14 +31,14 @@ _GRID_HEADER_RULE = re.compile(r"^[ \t]*[+|](?:=+[+|])+[ \t]*$")
 _PIPE_RULE = re.compile(r"^[ \t]*\|?[ \t]*:?-{3,}:?[ \t]*(?:\|[ \t]*:?-{3,}:?[ \t]*)+\|?[ \t]*$")
 _SIMPLE_RULE = re.compile(r"^[ \t]*={2,}(?:[ \t]+={2,})+[ \t]*$")
 _SIGNATURE = re.compile(
-    r"^(?:(?:class|exception|function|method|attribute|data)\s+)?[A-Za-z_][\w.]*(?:\(.*\)|\[.*\])(?:\s*->\s*\S+)?$|^[A-Za-z_][\w]*\.[\w.]+$"
+    r"^(?:(?:class|exception|function|method|attribute|data|classmethod|staticmethod|abstractmethod|async)\s+)?[A-Za-z_][\w.]*(?:\(.*\)|\[.*\])(?:\s*->\s*\S+)?$|^[A-Za-z_][\w]*\.[\w.]+$"
 )
 _PLAIN_WORD = re.compile(r"[\"'\u201c(]*[A-Za-z][a-z'\u2019-]*[\"'\u201d)]*[.,;:!?]?")
 _PROSE_SHARE = 0.6
 """An indented block is prose when at least this share of its words are plain words (code has symbols)."""
 _MAX_HEADING_CHARS = 100
 _ENTRY = "entry"
-"""The style of an API entry's heading: always the deepest level."""
+"""The style of an API entry's heading (with its indent: `entry0`, `entry3`): deeper than any other heading."""
 _LABEL = re.compile(r"^(?:note|warning|caution|tip|important|see also|example|examples)\s*:$", re.IGNORECASE)
 """A paragraph that only labels the next one ("Note:"): the two are one block."""
 
@@ -153,16 +153,21 @@ def _heading(lines: list[str], i: int) -> tuple[str, int, str] | None:
     ):
         return text, 2, "under" + nxt.strip()[0]
     following = lines[i + 2] if i + 2 < len(lines) else ""
-    if (  # an API entry: a signature line over an indented description
+    indent = _indent(line)
+    if (  # an API entry: a signature line over a description indented deeper (a method's under its class's)
         text
-        and not line[0].isspace()
         and _SIGNATURE.match(text)
         and not nxt.strip()
-        and following[:1].isspace()
         and following.strip()
+        and _indent(following) > indent
+        and (indent == 0 or i == 0 or not lines[i - 1].strip())
     ):
-        return text, 1, _ENTRY
+        return text, 1, f"{_ENTRY}{indent}"
     return None
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
 
 
 def _paragraph_blocks(lines: list[str]) -> list[Block]:
@@ -207,8 +212,8 @@ def _rank(style: str, styles: list[str]) -> int:
     """A heading's depth: Markdown by its `#` count, reST by when its style first appeared, API entries deepest."""
     if style.startswith("#"):
         return len(style)
-    if style == _ENTRY:
-        return 1 << 10
+    if style.startswith(_ENTRY):  # `entry<indent>`: an entry nested in another's description is deeper
+        return (1 << 10) + int(style[len(_ENTRY) :])
     if style not in styles:
         styles.append(style)
     return styles.index(style) + 1
@@ -220,7 +225,7 @@ def sections(text: str) -> list[Section]:
     out = [Section("")]
     run: list[str] = []
     styles: list[str] = []  # reST heading styles in the order they first appear: the first is the outermost
-    path: list[tuple[int, str]] = []  # the open headings: (rank, text), outermost first
+    path: list[tuple[int, str, int]] = []  # the open headings: (rank, text, an entry's description indent)
 
     def flush_run() -> None:
         out[-1].blocks.extend(_paragraph_blocks(run))
@@ -229,6 +234,11 @@ def sections(text: str) -> list[Section]:
     i = 0
     while i < len(lines):
         line = lines[i]
+        if line.strip() and path and _indent(line) < path[-1][2]:  # an API entry's description has ended
+            flush_run()
+            while path and _indent(line) < path[-1][2]:
+                path.pop()
+            out.append(Section(TITLE_JOINER.join(t for _, t, _ in path if t)))
         if _FENCE_LINE.match(line):
             mark = _FENCE_LINE.match(line).group(1)  # type: ignore[union-attr]
             end = next((j for j in range(i + 1, len(lines)) if lines[j].strip().startswith(mark)), len(lines))
@@ -271,8 +281,9 @@ def sections(text: str) -> list[Section]:
             rank = _rank(style, styles)
             while path and path[-1][0] >= rank:
                 path.pop()
-            path.append((rank, " ".join(strip_markup(text).split())))
-            out.append(Section(TITLE_JOINER.join(t for _, t in path if t)))
+            depth = _indent(lines[i + 2]) if style.startswith(_ENTRY) else -1  # `_heading` saw that line
+            path.append((rank, " ".join(strip_markup(text).split()), depth))
+            out.append(Section(TITLE_JOINER.join(t for _, t, _ in path if t)))
             i += taken
             continue
         run.append(line)
@@ -344,7 +355,7 @@ def chunk_sections(parts: list[Section], size: int = 128, overlap: int = 24) -> 
 
     def emit() -> None:
         title = current[0][4]
-        opens = current[0][2] == HEADING or not chunks or chunks[-1][0] != title
+        opens = current[0][2] == HEADING or not title  # a titled section's first unit is its heading
         body = current[1:] if current[0][2] == HEADING else current
         chunks.append((title, titled(title, _join(body), continued=not opens)))
 

@@ -27,6 +27,7 @@ from fastcrag.config.settings import Settings, is_postgres_url
 from fastcrag.retrieval.blocks import chunk_sections, sections
 from fastcrag.retrieval.embeddings import DEFAULT_SPEC, default_embeddings
 from fastcrag.retrieval.loaders import SourceDocument, python_reference
+from fastcrag.retrieval.sections import chunk_id
 from fastcrag.retrieval.store import FaissStore, FaissWriter, IndexLoadError
 from fastcrag.retrieval.writing import ChunkBatch, DocumentEntry, StoreWriter
 
@@ -62,8 +63,9 @@ def encode(embeddings: Embeddings, texts: list[str]) -> Any:
     return np.asarray(vectors, dtype=np.float32).reshape(len(texts), -1)
 
 
-CHUNKER = 2
-"""The chunker's version: 2 reads structure (sections, tables, code; `fastcrag.retrieval.blocks`), 1 ran on."""
+CHUNKER = 3
+"""The chunker's version: 3 nests API entries and marks a section's later chunks continued; 2 read structure
+(sections, tables, code; `fastcrag.retrieval.blocks`); 1 ran on."""
 
 
 def document_digest(text: str, chunk_tokens: int, chunk_overlap: int) -> str:
@@ -92,7 +94,7 @@ def chunk_document(doc: SourceDocument, chunk_tokens: int, chunk_overlap: int, d
     """
     digest = digest or document_digest(doc.text, chunk_tokens, chunk_overlap)
     pieces = chunk_sections(sections(doc.text), chunk_tokens, chunk_overlap)
-    ids = tuple(f"{digest[:16]}-{i}" for i in range(len(pieces)))
+    ids = tuple(chunk_id(digest, i) for i in range(len(pieces)))
     metadatas = [{"source": doc.source, "title": title or doc.title} for title, _ in pieces]
     return ChunkedDocument(DocumentEntry(doc.source, digest, ids), [text for _, text in pieces], metadatas)
 

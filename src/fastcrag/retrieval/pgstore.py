@@ -544,6 +544,20 @@ class PgStore(ChunkStore):
             rows = conn.execute(statement, {"q": " or ".join(terms), "k": k}).fetchall()
         return [(_document(row), float(row[4])) for row in rows]
 
+    def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
+        """The chunks with these ids (LangChain's `VectorStore.get_by_ids`), with their ids; unknown ids left out."""
+        from psycopg import sql
+
+        wanted = list(dict.fromkeys(str(i) for i in ids))
+        if not wanted:
+            return []
+        statement = sql.SQL("SELECT chunk_id, source, title, text FROM {} WHERE chunk_id = ANY(%s)").format(
+            self._table()
+        )
+        with self._connection("reading chunks by id") as conn:
+            rows = {str(row[0]): row for row in conn.execute(statement, (wanted,)).fetchall()}
+        return [_document(rows[i], with_id=True) for i in wanted if i in rows]
+
     def lexical_idf(self) -> Callable[[str], float]:
         """BM25's inverse document frequency of a word, from its document frequency in the collection (cached)."""
         from psycopg import sql
@@ -591,9 +605,10 @@ class PgStore(ChunkStore):
         return cls(kwargs["url"], embedding, kwargs.get("collection", "default"), create=True)
 
 
-def _document(row: Sequence[Any]) -> Document:
+def _document(row: Sequence[Any], with_id: bool = False) -> Document:
     chunk_id, source, title, text = row[0], row[1], row[2], row[3]
-    return Document(page_content=text, metadata={"source": source, "title": title, "chunk_id": chunk_id})
+    metadata = {"source": source, "title": title, "chunk_id": chunk_id}
+    return Document(id=chunk_id if with_id else None, page_content=text, metadata=metadata)
 
 
 def _rows(

@@ -67,6 +67,7 @@ class FaissStore(ChunkStore):
         self.documents: dict[str, dict[str, Any]] = documents or {}
         self._lexical = lexical
         self.lexical_error = lexical_error
+        self._rows: dict[str, int] | None = None  # chunk id -> its first row, built on first use
 
     def _ensure_index(self, dim: int) -> Any:
         import faiss  # a native library (about 30 ms): loaded with the first index, not on import
@@ -91,6 +92,7 @@ class FaissStore(ChunkStore):
     def _add_chunks(self, texts: list[str], vectors: Any, metadatas: list[dict[str, Any]], ids: list[str]) -> None:
         self._ensure_index(vectors.shape[1]).add(vectors)
         self._lexical, self.lexical_error = None, None  # rebuilt from the chunks when next needed
+        self._rows = None
         for text, meta, chunk_id in zip(texts, metadatas, ids, strict=True):
             self.chunks.append({"id": chunk_id, "text": text, "metadata": {**meta, "chunk_id": chunk_id}})
 
@@ -111,6 +113,7 @@ class FaissStore(ChunkStore):
         self._index = index
         self.chunks = [self.chunks[i] for i in keep]
         self._lexical, self.lexical_error = None, None
+        self._rows = None
         return True
 
     # -- reading -----------------------------------------------------------------------------------------
@@ -126,6 +129,23 @@ class FaissStore(ChunkStore):
                 continue
             chunk = self.chunks[int(row)]
             out.append((Document(page_content=chunk["text"], metadata=dict(chunk["metadata"])), float(score)))
+        return out
+
+    def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
+        """The chunks with these ids (LangChain's `VectorStore.get_by_ids`), each carrying its id.
+
+        Unknown ids are left out; a chunk stored under two sources (one id, two rows) is given once, as first stored.
+        """
+        if self._rows is None:  # built on first use; adding or deleting chunks drops it
+            self._rows = {}
+            for row, chunk in enumerate(self.chunks):
+                self._rows.setdefault(str(chunk["id"]), row)
+        out = []
+        for chunk_id in dict.fromkeys(ids):
+            found = self._rows.get(chunk_id)
+            if found is not None:
+                chunk = self.chunks[found]
+                out.append(Document(id=chunk_id, page_content=chunk["text"], metadata=dict(chunk["metadata"])))
         return out
 
     def lexical(self) -> LexicalIndex:

@@ -34,8 +34,9 @@ def generate(state: State, run: Run) -> dict[str, Any]:
     run.charge("generate_ms", run.ms())  # before the trace, which reports it
     timings = run.timings()
     citations: list[Citation] = []
+    cited = [*passages, *answer.read]  # a chunk the answer read beyond the passages (a section's lead) follows them
     for i in answer.used:
-        p = passages[i]
+        p = cited[i]
         if all(c["chunk_id"] != p["chunk_id"] for c in citations):
             citations.append({"chunk_id": p["chunk_id"], "source": p["source"], "score": round(p["score"], 6)})
     action = state.get("action") or "generate"

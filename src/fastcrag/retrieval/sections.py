@@ -1,0 +1,87 @@
+"""A chunk's sections, and where a section opens: chunk ids number a document's chunks in reading order.
+
+A chunk opens with the title of the section it starts in (marked continued when the section opened in an earlier
+chunk, `fastcrag.retrieval.text.CONTINUED`); a section that starts inside a chunk stands under its heading path
+there (`is_heading`). So the chunks before a chunk, fetched by id (LangChain's `VectorStore.get_by_ids`), say where
+its section opens and what its lead is, in any store that numbers chunks as the index does (`chunk_id`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from langchain_core.documents import Document
+
+from fastcrag.retrieval.text import CONTINUED, is_heading, split_sentences, split_title
+
+SECTION_REACH = 8
+"""How many chunks before a chunk are looked at for the opening of the section it continues."""
+
+FetchChunks = Callable[[Sequence[str]], Sequence[Document]]
+"""Chunks by id, as LangChain's `VectorStore.get_by_ids`: the ids found, unknown ones left out."""
+
+
+@dataclass(frozen=True)
+class Part:
+    """One section's part of a chunk: the section's title, its sentence strips there, whether it opens there."""
+
+    title: str
+    sentences: tuple[str, ...]
+    opens: bool
+
+
+def chunk_id(digest: str, number: int) -> str:
+    """The id of a document's chunk `number` (from 0): its content hash's first 16 characters, a dash, the number."""
+    return f"{digest[:16]}-{number}"
+
+
+def chunk_number(chunk: str) -> int | None:
+    """A chunk's place in its document, read from its id (`chunk_id`); None for an id that carries none."""
+    head, _, tail = chunk.rpartition("-")
+    return int(tail) if head and tail.isdigit() else None
+
+
+def parts(text: str) -> list[Part]:
+    """A titled chunk's sections in reading order (none for an untitled chunk); sentences whitespace-normalised."""
+    title, body = split_title(text)
+    if not title:
+        return []
+    found: list[tuple[str, list[str], bool]] = [(title.removesuffix(CONTINUED), [], not title.endswith(CONTINUED))]
+    for strip in split_sentences(body):
+        if is_heading(strip):
+            found.append((strip, [], True))
+        else:
+            found[-1][1].append(" ".join(strip.split()))
+    return [Part(t, tuple(s), opens) for t, s, opens in found]
+
+
+def part_holding(text: str, sentence: str) -> Part | None:
+    """The part of a chunk's `text` whose sentences hold `sentence` (None when no part does)."""
+    want = " ".join(sentence.split())
+    return next((p for p in parts(text) if any(want in s or s in want for s in p.sentences if s)), None)
+
+
+def section_opening(fetch: FetchChunks, chunk: str, title: str, reach: int = SECTION_REACH) -> Document | None:
+    """The chunk before chunk `chunk` where section `title` opens (its heading there), or None.
+
+    Looks back at most `reach` chunks (one `fetch`), through chunks that continue the section; None when the id
+    carries no number, the chain breaks (a chunk missing, or one outside the section) or `fetch` cannot fetch by id.
+    """
+    number = chunk_number(chunk)
+    if number is None or number == 0:
+        return None
+    prefix = chunk.rpartition("-")[0]
+    ids = [f"{prefix}-{n}" for n in range(number - 1, max(-1, number - 1 - reach), -1)]
+    try:
+        found = {str(d.id or d.metadata.get("chunk_id")): d for d in fetch(ids)}
+    except NotImplementedError:
+        return None
+    for wanted in ids:
+        doc = found.get(wanted)
+        held = [p for p in parts(doc.page_content) if p.title == title] if doc is not None else []
+        if not held:
+            return None
+        if any(p.opens for p in held):
+            return doc
+    return None
