@@ -11,7 +11,7 @@ from fastcrag.graph.state import Candidate
 from fastcrag.retrieval.blocks import CODE, PROSE, TABLE, chunk_sections, sections
 from fastcrag.retrieval.loaders import load_documents
 from fastcrag.retrieval.structure import fragment
-from fastcrag.retrieval.text import TITLE_JOINER, body_sentences, opens_section, split_title
+from fastcrag.retrieval.text import TITLE_JOINER, body_sentences, is_heading, opens_section, sectioned, split_title
 
 RST = """The "frob" statement
 ********************
@@ -164,6 +164,22 @@ def test_a_title_line_is_not_a_sentence_and_a_sentence_is_not_a_title() -> None:
     inside = f"Widgets\n\nWidgets are small.\n\nWidgets{TITLE_JOINER}Flags\n\nFlags change things."
     assert body_sentences(inside) == ["Widgets are small.", "Flags change things."]  # a heading inside a chunk
     assert split_title("```\ncode\n```\n\nProse.") == ("", "```\ncode\n```\n\nProse.")
+    # each strip with its section: the chunk's (without the continued mark) until a heading inside it
+    assert sectioned(inside.replace("Widgets\n", "Widgets (continued)\n", 1)) == [
+        ("Widgets", "Widgets are small."),
+        (f"Widgets{TITLE_JOINER}Flags", "Flags change things."),
+    ]
+    assert sectioned("Flags change things.") == [("", "Flags change things.")]  # an untitled chunk
+
+
+def test_a_question_can_be_a_heading() -> None:
+    faq = "# FAQ\n\n## How do I frob a widget?\n\nRun frob on it. It takes a second.\n"
+    [(title, text)] = chunk_sections(sections(faq))
+    assert title == f"FAQ{TITLE_JOINER}How do I frob a widget?"
+    assert split_title(text) == (title, "Run frob on it. It takes a second.")
+    assert is_heading(f"FAQ{TITLE_JOINER}Why?") and not is_heading(f"FAQ{TITLE_JOINER}It runs.")
+    assert split_title("Is it a question?\n\nYes.") == ("Is it a question?", "Yes.")
+    assert split_title("It is a sentence.\n\nYes.") == ("", "It is a sentence.\n\nYes.")
 
 
 def test_copies_take_one_candidate_slot_and_name_every_source() -> None:
@@ -180,3 +196,60 @@ def test_copies_take_one_candidate_slot_and_name_every_source() -> None:
     )
     assert [c["chunk_id"] for c in out] == ["a", "c"]
     assert out[0]["copies"] == ["p:two"] and "copies" not in out[1]
+
+
+CLASS_ENTRY = """Mapping Types
+*************
+
+class frobdict(**kwargs)
+
+   Return a new frob dictionary.
+
+   get(key[, default])
+
+      Return the value for *key* if *key* is in the dictionary, else
+      *default*.
+
+   classmethod fromkeys(iterable)
+
+      Create a new frob dictionary with keys from *iterable*.
+
+   Frob dictionaries compare equal if they have the same items.
+
+See also: the widget types.
+"""
+
+
+def test_an_entry_nested_in_an_entry_is_a_section_of_its_own_until_its_description_ends() -> None:
+    got = [(s.title.split(TITLE_JOINER), [b.text for b in s.blocks]) for s in sections(CLASS_ENTRY)]
+    assert got == [
+        (["Mapping Types", "class frobdict(**kwargs)"], ["Return a new frob dictionary."]),
+        (
+            ["Mapping Types", "class frobdict(**kwargs)", "get(key[, default])"],
+            ["Return the value for *key* if *key* is in the dictionary, else *default*."],
+        ),
+        (
+            ["Mapping Types", "class frobdict(**kwargs)", "classmethod fromkeys(iterable)"],
+            ["Create a new frob dictionary with keys from *iterable*."],
+        ),
+        # the class's description goes on after its methods; the page's after the class
+        (
+            ["Mapping Types", "class frobdict(**kwargs)"],
+            ["Frob dictionaries compare equal if they have the same items."],
+        ),
+        (["Mapping Types"], ["See also: the widget types."]),
+    ]
+
+
+def test_a_chunk_is_marked_continued_wherever_its_section_opened_before_it() -> None:
+    text = "Alpha\n=====\n\n" + " ".join(f"Alpha says thing number {i} about alpha." for i in range(6))
+    text += "\n\nBeta\n----\n\n" + " ".join(f"Beta says thing number {i} about beta." for i in range(9))
+    chunks = chunk_sections(sections(text), 40, 12)
+    beta = f"Alpha{TITLE_JOINER}Beta"
+    opened = next(k for k, (_, body) in enumerate(chunks) if f"\n\n{beta}\n\n" in body)
+    assert split_title(chunks[opened][1])[0].startswith("Alpha")  # Beta opens inside a chunk titled Alpha
+    after = chunks[opened + 1][1]
+    # the next chunk opens with Beta's sentences carried over: Beta continued there, it does not open there
+    assert split_title(after)[0] == f"{beta} (continued)" and opens_section(after) is False
+    assert split_title(after)[1].startswith("Beta says thing number 0 about beta.")
+    assert chunks[opened][1].endswith("Beta says thing number 0 about beta.")

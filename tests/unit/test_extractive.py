@@ -151,8 +151,11 @@ def test_an_explain_answer_is_led_by_its_sections_lead_and_never_quotes_the_titl
     ]
     answer = ExtractiveGenerator(grader).generate("What does the frob statement do?", passages)
     assert answer.used == [0]
-    assert answer.text.startswith("The frob statement turns widgets into gadgets.")  # the lead, not the title
-    assert "dry" in answer.text and "unfrobbed" in answer.text and "version" not in answer.text
+    # the lead (its first two sentences, not the title), then the best sentence that fits three
+    assert answer.text == (
+        "The frob statement turns widgets into gadgets. It was added in version two. "
+        "Widgets must be dry before they are frobbed."
+    )
     continued = SECTION.replace("The frob statement\n\n", "The frob statement (continued)\n\n")
     answer = ExtractiveGenerator(grader).generate(
         "What does the frob statement do?", [{**passages[0], "text": continued}]
@@ -172,3 +175,62 @@ def test_the_reader_never_answers_from_a_title_line() -> None:
     passages = [{"chunk_id": "g-0", "text": "Gadget facts\n\nGadgets are blue.", "source": "g", "score": 0.9}]
     answer = ExtractiveGenerator(TitleReader({}), reader_threshold=0.1).generate("Which colour are gadgets?", passages)
     assert answer.text == "blue\n\nGadgets are blue."
+
+
+FROB_OPENING = "The frob statement\n\nThe frob statement turns widgets into gadgets. It takes one widget."
+FROB_LATER = "The frob statement (continued)\n\nA frobbed widget cannot be unfrobbed. Gadgets are shiny."
+
+
+def _store(*chunks: tuple[str, str]) -> object:
+    """Chunks by id, as `VectorStore.get_by_ids` gives them; records the ids asked for."""
+    from langchain_core.documents import Document
+
+    asked: list[list[str]] = []
+
+    def get_by_ids(ids: list[str]) -> list[Document]:
+        asked.append(list(ids))
+        return [Document(id=i, page_content=t, metadata={"source": "frob.md"}) for i, t in chunks if i in ids]
+
+    get_by_ids.asked = asked  # type: ignore[attr-defined]
+    return get_by_ids
+
+
+def test_the_lead_of_a_section_that_opened_in_an_earlier_chunk_is_fetched_and_cited() -> None:
+    grader = ScriptedReranker({"unfrobbed": 0.9, "shiny": 0.6, "turns widgets": 0.7})
+    store = _store(("frob-4", FROB_OPENING), ("frob-5", FROB_LATER))
+    passages = [{"chunk_id": "frob-5", "text": FROB_LATER, "source": "frob.md", "score": 0.8}]
+    gen = ExtractiveGenerator(grader, chunks=store)  # type: ignore[arg-type]
+    answer = gen.generate("What does the frob statement do?", passages)
+    assert answer.text == (
+        "The frob statement turns widgets into gadgets. It takes one widget. A frobbed widget cannot be unfrobbed."
+    )
+    assert answer.used == [1, 0] and [r["chunk_id"] for r in answer.read] == ["frob-4"]  # the lead's chunk, cited
+    assert answer.read[0]["score"] == 0.7  # the lead graded under its title
+    assert store.asked == [["frob-4", "frob-3", "frob-2", "frob-1", "frob-0"]]  # type: ignore[attr-defined]
+    # a refined strip: its chunk is fetched first, then the one where its section opens
+    strip = {"chunk_id": "frob-5", "text": "A frobbed widget cannot be unfrobbed.", "source": "frob.md", "score": 0.9}
+    answer = gen.generate(
+        "What does the frob statement do?", [strip | {"strip": True, "section": "The frob statement"}]
+    )
+    assert answer.text.startswith("The frob statement turns widgets into gadgets. It takes one widget.")
+    # no store (or one that cannot fetch by id): the passages alone, as before
+    answer = ExtractiveGenerator(grader).generate("What does the frob statement do?", passages)
+    assert answer.text == "A frobbed widget cannot be unfrobbed. Gadgets are shiny." and answer.read == ()
+
+
+def test_documentation_is_answered_with_its_section_unless_one_fact_is_asked() -> None:
+    class Reader(ScriptedReranker):
+        def read(self, question: str, texts: list[str]) -> list[object]:
+            from fastcrag.grading.reader import Span
+
+            start = texts[0].index("gadgets")
+            return [Span("gadgets", start, start + 7, 0.9)]
+
+    grader = Reader({"turns widgets": 0.9})
+    gen = ExtractiveGenerator(grader, reader_threshold=0.1)
+    docs = [{"chunk_id": "frob-4", "text": FROB_OPENING, "source": "frob.md", "score": 0.9}]
+    prose = [{"chunk_id": "p-0", "text": "The frob statement turns widgets into gadgets.", "source": "p", "score": 0.9}]
+    question = "What does frob turn widgets into?"  # no explain form: a reader's span in running text
+    assert gen.generate(question, prose).text.startswith("gadgets\n\n")
+    assert gen.generate(question, docs).text == "The frob statement turns widgets into gadgets. It takes one widget."
+    assert gen.generate("Where are gadgets made?", docs).text.startswith("gadgets\n\n")  # a fact: the span

@@ -152,6 +152,39 @@ def test_refine_with_no_surviving_strip_uses_the_ranking() -> None:
     assert MIXED in chat.prompts[-1]
 
 
+def test_refine_reads_each_strip_under_its_own_sections_title() -> None:
+    text = "Guide \u203a Alpha\n\nAlpha is first.\n\nGuide \u203a Beta\n\nBeta is second."
+    graph, reranker, _, _ = make({"Alpha is first": 0.4}, docs=[doc(text, "g-0")])
+    out = graph.invoke({"question": "What is beta?"})
+    assert out["crag"]["action"] == "refine"
+    read = reranker.calls[-1][1]  # the strips, as refinement scored them
+    assert read == ["Guide \u203a Alpha\n\nAlpha is first.", "Guide \u203a Beta\n\nBeta is second."]
+
+
+def test_an_explain_answer_cites_the_chunk_its_sections_lead_was_read_from() -> None:
+    from langchain_core.vectorstores import InMemoryVectorStore
+
+    from fakes import HashEmbeddings
+
+    class StoreRetriever(ListRetriever):
+        store: Any = None  # where chunks are fetched by id, as `HybridRetriever.store`
+
+    texts = [
+        "The frob statement\n\nThe frob statement turns widgets into gadgets. It takes one widget.",
+        "The frob statement (continued)\n\nA frobbed widget cannot be unfrobbed.",
+    ]
+    store = InMemoryVectorStore.from_texts(texts, HashEmbeddings(), [{"source": "frob.md"}] * 2, ids=["f-0", "f-1"])
+    retriever = StoreRetriever(docs=[doc(texts[1], "f-1", "frob.md")], store=store)
+    reranker = ScriptedReranker({"unfrobbed": 0.9, "turns widgets": 0.2})
+    graph = build_graph(retriever=retriever, reranker=reranker, llm="extractive", calibration=CALIBRATION)
+    out = graph.invoke({"question": "What does the frob statement do?"})
+    assert out["answer"] == (
+        "The frob statement turns widgets into gadgets. It takes one widget. A frobbed widget cannot be unfrobbed."
+    )
+    assert [c["chunk_id"] for c in out["citations"]] == ["f-0", "f-1"]  # the lead's chunk, read by id, first
+    assert out["citations"][0]["score"] == 0.2  # the lead, graded under its title
+
+
 def test_incorrect_rewrites_once_and_retries() -> None:
     retriever = ListRetriever(docs=[doc(BAD, "b1")], by_query={"Eiffel": [doc(GOOD, "g1")]})
     chat = FakeChat(rewrite={"query": "Eiffel Tower location Paris"})

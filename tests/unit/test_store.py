@@ -175,61 +175,56 @@ def test_html_loader_drops_page_furniture(tmp_path: Path) -> None:
 SECTIONED = SourceDocument(
     "guide.md",
     "Guide",
-    "# Alpha\n\n"
+    "# Guide\n\n## Alpha\n\n"
     + " ".join(f"Alpha sentence number {i} says something about the alpha topic." for i in range(12))
-    + "\n\n# Beta\n\nBeta is another topic. It has its own lead.",
+    + "\n\n## Beta\n\nBeta is another topic. It has its own lead.",
 )
+ALPHA, BETA = "Guide \u203a Alpha", "Guide \u203a Beta"
 
 
-def test_get_by_ids_and_the_chunks_that_continue_a_section(tmp_path: Path) -> None:
-    from fastcrag.retrieval.sections import section_after
+def test_get_by_ids_and_where_a_section_opens(tmp_path: Path) -> None:
+    from fastcrag.retrieval.sections import part_holding, parts, section_opening
     from fastcrag.retrieval.text import CONTINUED, split_title
 
     build(tmp_path, [SECTIONED, *DOCS])
     store = FaissStore.load(tmp_path, HashEmbeddings())
     ids = store.documents["guide.md"]["ids"]
-    titles = [split_title(d.page_content)[0] for d in store.get_by_ids(ids)]
-    assert len(ids) >= 4 and titles[0] == "Alpha" and titles[-1] == "Beta"  # the section runs over several chunks
+    texts = [d.page_content for d in store.get_by_ids(ids)]
+    assert len(ids) >= 4 and split_title(texts[0])[0] == ALPHA  # the section runs over several chunks
+    assert all(split_title(t)[0] == ALPHA + CONTINUED for t in texts[1:-1])  # each later one marked continued
     got = store.get_by_ids([ids[1], "nope-0", ids[0], ids[1]])  # unknown ids left out, each id once, in order
     assert [d.id for d in got] == [ids[1], ids[0]] and got[0].metadata["chunk_id"] == ids[1]
-    alpha = [i for i, t in zip(ids, titles, strict=True) if t.startswith("Alpha")]
-    after = section_after(store, ids[0], 20)
-    assert [d.id for d in after] == alpha[1:]  # Alpha's continued chunks, in order; Beta's lead is no continuation
-    assert all(split_title(d.page_content)[0] == "Alpha" + CONTINUED for d in after)
-    # the last one also holds Beta's heading and first sentence: they are cut off, the store's chunk is not
-    assert "Beta" in store.get_by_ids([alpha[-1]])[0].page_content and "Beta" not in after[-1].page_content
-    assert after[-1].page_content.endswith("Alpha sentence number 11 says something about the alpha topic.")
-    assert [d.id for d in section_after(store, ids[0], 1)] == alpha[1:2]
-    assert section_after(store, alpha[-1], 3) == []  # the section ends there
-    assert section_after(store, store.documents["a"]["ids"][0], 3) == []  # an untitled chunk has no section
-    assert section_after(store, "no-number", 3) == []
-    store.delete([alpha[1]])  # the map from ids to rows follows the store
-    assert section_after(store, ids[0], 3) == [] and store.get_by_ids([alpha[1]]) == []
+    # Beta opens inside the chunk before the last, under its heading path; the last one continues it
+    beta = [(p.title, p.opens, p.sentences[:1]) for p in parts(texts[-2])][-1]
+    assert beta == (BETA, True, ("Beta is another topic.",)) and parts(texts[-1])[0].title == BETA
+    held = part_holding(texts[-2], "Alpha sentence number 11 says something about the alpha topic.")
+    assert held is not None and held.title == ALPHA and not held.opens
+    opening = section_opening(store.get_by_ids, ids[-2], ALPHA)
+    assert opening is not None and opening.id == ids[0]  # looked back over the continued chunks
+    opening = section_opening(store.get_by_ids, ids[-1], BETA)
+    assert opening is not None and opening.id == ids[-2]  # a section that opens inside a chunk
+    assert section_opening(store.get_by_ids, ids[-2], ALPHA, reach=1) is None  # not within reach
+    assert section_opening(store.get_by_ids, ids[0], ALPHA) is None  # chunk 0 has nothing before it
+    assert section_opening(store.get_by_ids, "no-number", ALPHA) is None
+    store.delete([ids[1]])  # the map from ids to rows follows the store: the chain is broken
+    assert store.get_by_ids([ids[1]]) == [] and section_opening(store.get_by_ids, ids[2], ALPHA) is None
 
 
-def test_a_store_that_cannot_fetch_by_id_gives_no_next_chunk() -> None:
+def test_a_store_that_cannot_fetch_by_id_gives_no_opening() -> None:
     from langchain_core.vectorstores import InMemoryVectorStore
 
-    from fastcrag.retrieval.sections import section_after
+    from fastcrag.retrieval.sections import section_opening
 
     class NoIds(InMemoryVectorStore):
         def get_by_ids(self, ids: object, /) -> list[object]:  # type: ignore[override]
             raise NotImplementedError("no ids here")
 
     texts, meta = ["Alpha\n\nThe lead.", "Alpha (continued)\n\nMore of it."], [{"source": "s"}] * 2
-    assert section_after(NoIds.from_texts(texts, HashEmbeddings(), meta, ids=["d-0", "d-1"]), "d-0", 2) == []
+    assert (
+        section_opening(NoIds.from_texts(texts, HashEmbeddings(), meta, ids=["d-0", "d-1"]).get_by_ids, "d-1", "Alpha")
+        is None
+    )
     # any LangChain store that fetches by id gives it (here: LangChain's in-memory one)
     langchain = InMemoryVectorStore.from_texts(texts, HashEmbeddings(), meta, ids=["d-0", "d-1"])
-    assert [d.id for d in section_after(langchain, "d-0", 2)] == ["d-1"]
-
-
-def test_a_chunk_ends_where_a_section_starts_inside_it() -> None:
-    from fastcrag.retrieval.text import own_section
-
-    text = "A (continued)\n\nThe end of A.\n\n```\nx = 1\n\nnot a heading\n```\n\nB \u203a C\n\nC starts here."
-    assert own_section(text) == "A (continued)\n\nThe end of A.\n\n```\nx = 1\n\nnot a heading\n```"
-    top = "A (continued)\n\nThe end of A.\n\nBeta\n\nBeta starts here."
-    assert own_section(top) == top  # a top-level heading is told only by the next chunk's title
-    assert own_section(top, "Beta") == "A (continued)\n\nThe end of A."
-    prose = "A (continued)\n\nA sentence that runs into code\n\n```\nx\n```"
-    assert own_section(prose, "Beta") == prose
+    opening = section_opening(langchain.get_by_ids, "d-1", "Alpha")
+    assert opening is not None and opening.id == "d-0"

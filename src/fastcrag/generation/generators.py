@@ -19,7 +19,7 @@ from fastcrag.grading.reader import Span, is_reader
 from fastcrag.grading.reranker import Reranker, checked_scores
 from fastcrag.retrieval.sections import FetchChunks, Part, part_holding, parts, section_opening
 from fastcrag.retrieval.structure import prose, without_label
-from fastcrag.retrieval.text import body_sentences, split_sentences, split_title, titled
+from fastcrag.retrieval.text import sectioned, split_sentences, split_title, titled
 
 log = logging.getLogger(__name__)
 
@@ -346,14 +346,15 @@ class ExtractiveGenerator:
         `support` comes best first: the best are kept when not all fit.
         """
         texts, kept = [lead[0]], []
-        words = len(lead[0].split())
+        words, count = len(lead[0].split()), len(split_sentences(lead[0]))
         for t in support:
             text = prose(without_label(t[1]))
             if text is None or text in lead[0] or lead[0] in text or text in texts:
                 continue
             n = len(text.split())
-            if len(texts) >= EXPLAIN_SENTENCES or words + n > EXPLAIN_WORDS:
+            if count >= EXPLAIN_SENTENCES or words + n > EXPLAIN_WORDS:
                 break
+            count += 1
             texts.append(text)
             kept.append((t[2], t[3], text))
             words += n
@@ -365,19 +366,19 @@ class ExtractiveGenerator:
     def _sentences(self, question: str, passages: Sequence[Mapping[str, Any]]) -> list[tuple[float, str, int, int]]:
         """(score, sentence, passage index, position) of every sentence that says something.
 
-        Refined strips keep the scores refinement gave them; other passages are split and scored here.
+        Refined strips keep the scores refinement gave them; other passages are split and scored here, each sentence
+        read under its section's title as refinement reads it.
         """
         strips: list[tuple[float, str, int, int]] = []
-        to_score: list[tuple[str, int, int]] = []
+        to_score: list[tuple[str, str, int, int]] = []
         for i, p in enumerate(passages):
-            sentences = passage_sentences(p)
             if p.get("strip"):
-                strips.extend((float(p["score"]), s, i, 0) for s in sentences)
+                strips.extend((float(p["score"]), s, i, 0) for s in passage_sentences(p))
             else:
-                to_score.extend((s, i, k) for k, s in enumerate(sentences))
+                to_score.extend((section, s, i, k) for k, (section, s) in enumerate(_sectioned(p)))
         if to_score:
-            scores = checked_scores(self.reranker, question, [s for s, _, _ in to_score])
-            strips.extend((score, s, i, k) for score, (s, i, k) in zip(scores, to_score, strict=True))
+            scores = checked_scores(self.reranker, question, [titled(section, s) for section, s, _, _ in to_score])
+            strips.extend((score, s, i, k) for score, (_, s, i, k) in zip(scores, to_score, strict=True))
         return strips
 
     def _read(self, question: str, passages: Sequence[Mapping[str, Any]], threshold: float) -> Answer:
@@ -486,7 +487,12 @@ def passage_sentences(passage: Mapping[str, Any]) -> list[str]:
     """The sentences of a passage that say something, in its order (a refined strip is one sentence)."""
     if passage.get("strip"):
         return [] if is_reference_line(str(passage["text"])) else [str(passage["text"])]
-    return [s for s in body_sentences(str(passage["text"])) if not is_reference_line(s)]
+    return [s for _, s in _sectioned(passage)]
+
+
+def _sectioned(passage: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """A chunk passage's sentences that say something, each with its section's title (`sectioned`)."""
+    return [(section, s) for section, s in sectioned(str(passage["text"])) if not is_reference_line(s)]
 
 
 def first_prose(passages: Sequence[Mapping[str, Any]], order: Sequence[int]) -> tuple[str, int, int] | None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from langchain_core.documents import Document
 
-from fastcrag.retrieval.text import CONTINUED, is_heading, split_sentences, split_title
+from fastcrag.retrieval.text import CONTINUED, sectioned, split_title
 
 SECTION_REACH = 8
 """How many chunks before a chunk are looked at for the opening of the section it continues."""
@@ -43,17 +43,22 @@ def chunk_number(chunk: str) -> int | None:
 
 
 def parts(text: str) -> list[Part]:
-    """A titled chunk's sections in reading order (none for an untitled chunk); sentences whitespace-normalised."""
-    title, body = split_title(text)
+    """A titled chunk's sections in reading order (none for an untitled chunk), from its sentence strips.
+
+    The first part opens in the chunk unless the chunk's title is marked continued; a later one opens under its
+    heading there.
+    """
+    title = split_title(text)[0]
     if not title:
         return []
-    found: list[tuple[str, list[str], bool]] = [(title.removesuffix(CONTINUED), [], not title.endswith(CONTINUED))]
-    for strip in split_sentences(body):
-        if is_heading(strip):
-            found.append((strip, [], True))
-        else:
-            found[-1][1].append(" ".join(strip.split()))
-    return [Part(t, tuple(s), opens) for t, s, opens in found]
+    found: list[tuple[str, list[str]]] = []
+    for section, strip in sectioned(text):
+        if not found or found[-1][0] != section:
+            found.append((section, []))
+        found[-1][1].append(strip)
+    first = title.removesuffix(CONTINUED)
+    opens = not title.endswith(CONTINUED)
+    return [Part(t, tuple(s), opens or k > 0 or t != first) for k, (t, s) in enumerate(found)]
 
 
 def part_holding(text: str, sentence: str) -> Part | None:

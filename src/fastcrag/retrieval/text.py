@@ -102,6 +102,8 @@ def normalise(text: str) -> str:
 
 _FENCED = re.compile(r"```.*?```", re.DOTALL)
 _TITLE_MAX_WORDS = 32
+_NO_TITLE_END = (".", "!", ":", ";", "```")
+"""How a title line never ends (a question may: an FAQ's headings are questions)."""
 """A chunk's first line is its title when it stands alone, has no sentence end and at most this many words."""
 
 
@@ -139,24 +141,42 @@ def opens_section(text: str) -> bool | None:
 def split_title(text: str) -> tuple[str, str]:
     """A chunk's title line and its body (`fastcrag.retrieval.blocks.titled`); ("", text) when it has no title.
 
-    The title is a first paragraph of one line, with no sentence end and at most `_TITLE_MAX_WORDS` words.
+    The title is a first paragraph of one line, at most `_TITLE_MAX_WORDS` words, that does not end as a sentence
+    does (`_NO_TITLE_END`; a question may be a title).
     """
     head, sep, body = text.lstrip().partition("\n\n")
     words = head.split()
     if sep and 0 < len(words) <= _TITLE_MAX_WORDS and "\n" not in head.strip():
-        if not head.rstrip().endswith((".", "!", "?", ":", ";", "```")):
+        if not head.rstrip().endswith(_NO_TITLE_END):
             return head.strip(), body
     return "", text
 
 
 def body_sentences(text: str) -> list[str]:
     """A chunk's sentence strips without its title line, or the heading of a section that starts inside it."""
-    return [s for s in split_sentences(split_title(text)[1]) if not is_heading(s)]
+    return [s for _, s in sectioned(text)]
+
+
+def sectioned(text: str) -> list[tuple[str, str]]:
+    """A chunk's sentence strips (`body_sentences`), each with the title of the section it stands in.
+
+    A strip before any heading inside the chunk is in the chunk's section (its title without the continued mark;
+    "" for an untitled chunk); one after such a heading is in that heading's section (the heading path).
+    """
+    title, body = split_title(text)
+    section = title.removesuffix(CONTINUED)
+    out: list[tuple[str, str]] = []
+    for strip in split_sentences(body):
+        if is_heading(strip):
+            section = strip
+        else:
+            out.append((section, strip))
+    return out
 
 
 def is_heading(strip: str) -> bool:
     """Whether a strip is a section's heading path (`TITLE_JOINER` between headings, no sentence end)."""
-    return TITLE_JOINER in strip and not strip.rstrip().endswith((".", "!", "?", ":", ";"))
+    return TITLE_JOINER in strip and not strip.rstrip().endswith(_NO_TITLE_END)
 
 
 def _prose_strips(text: str) -> list[str]:

@@ -11,7 +11,7 @@ from fastcrag.grading.reranker import Reranker, checked_scores
 from fastcrag.graph.nodes import Node
 from fastcrag.graph.nodes.stage import Run, stage
 from fastcrag.graph.state import Candidate, Passage, State
-from fastcrag.retrieval.text import CONTINUED, body_sentences, count_tokens, split_title, titled
+from fastcrag.retrieval.text import count_tokens, sectioned, titled
 
 
 def usable(candidates: Sequence[Candidate], threshold: float) -> list[Passage]:
@@ -35,18 +35,17 @@ def strips(
         RerankerError: the reranker failed.
     """
     chunks = usable(candidates, cfg.reranker_threshold)[: 2 * cfg.top_n]
-    parts = [(c, split_title(c["text"])[0], body_sentences(c["text"])) for c in chunks]  # each chunk split once
-    pieces = [(s, c, title) for c, title, body in parts for s in body]
-    # a strip is read under its chunk's title, as the chunk was
-    scores = checked_scores(reranker, query, [titled(title, s) for s, _, title in pieces])
+    pieces = [(s, c, section) for c in chunks for section, s in sectioned(c["text"])]
+    # a strip is read under its section's title, as its chunk was
+    scores = checked_scores(reranker, query, [titled(section, s) for s, _, section in pieces])
     kept = [(score, *p) for score, p in zip(scores, pieces, strict=True) if score >= cfg.reranker_threshold]
     lengths = count_tokens([s for _, s, _, _ in kept])
     context: list[Passage] = []
     whole: set[str] = set()
-    for (score, strip, chunk, title), n in zip(kept, lengths, strict=True):
+    for (score, strip, chunk, section), n in zip(kept, lengths, strict=True):
         if n >= cfg.crag_strip_min_tokens:
             passage: Passage = {"chunk_id": chunk["chunk_id"], "source": chunk["source"], "text": strip, "score": score}
-            context.append(passage | {"strip": True, "section": title.removesuffix(CONTINUED)})
+            context.append(passage | {"strip": True, "section": section})
         elif chunk["chunk_id"] not in whole:  # too short to stand alone: its chunk stands in
             whole.add(chunk["chunk_id"])
             context.append({**chunk, "score": score})
