@@ -234,3 +234,20 @@ def test_documentation_is_answered_with_its_section_unless_one_fact_is_asked() -
     assert gen.generate(question, prose).text.startswith("gadgets\n\n")
     assert gen.generate(question, docs).text == "The frob statement turns widgets into gadgets. It takes one widget."
     assert gen.generate("Where are gadgets made?", docs).text.startswith("gadgets\n\n")  # a fact: the span
+
+
+def test_an_explain_answer_stays_in_its_section() -> None:
+    text = (
+        "Frob \u203a Options (continued)\n\nThe -v flag prints more. It is rarely needed.\n\n"
+        "Frob \u203a Bugs\n\nFrob is slow on Sundays. Nobody knows why."
+    )
+    grader = ScriptedReranker({"-v flag": 0.9, "Sundays": 0.95, "Nobody": 0.8, "rarely": 0.1})
+    passages = [{"chunk_id": "frob-2", "text": text, "source": "frob.md", "score": 0.9}]
+    opening = ("frob-1", "Frob \u203a Options\n\nOptions change how frob works. Each has a letter.")
+    answer = ExtractiveGenerator(grader, chunks=_store(opening)).generate("What does frob's -v flag do?", passages)
+    # the best-ranked chunk's best sentence is in Bugs: that section's lead, and its own sentences only
+    assert answer.text == "Frob is slow on Sundays. Nobody knows why."
+    grader.scores["Sundays"] = 0.2
+    answer = ExtractiveGenerator(grader, chunks=_store(opening)).generate("What does frob's -v flag do?", passages)
+    assert answer.text == "Options change how frob works. Each has a letter. The -v flag prints more."
+    assert answer.used == [1, 0] and answer.read[0]["chunk_id"] == "frob-1"

@@ -260,17 +260,26 @@ class ExtractiveGenerator:
         strips: list[tuple[float, str, int, int]],
         passages: Sequence[Mapping[str, Any]],
     ) -> Answer:
-        """The best sentence's section's lead, then the best-ranked chunk's best sentences; never a fragment first."""
+        """The lead of the best sentence's section, then that section's best sentences; never a fragment first.
+
+        The best sentence is the best-ranked chunk's. Without a documentation section (an untitled chunk), the best
+        chunk's best sentences in reading order, led by the page's first prose where a fragment would open them.
+        """
         anchor = _anchor(passages)
         best = max((t for t in strips if t[2] in anchor), key=lambda t: t[0], default=max(strips, key=lambda t: t[0]))
+        led = self._section_lead(passages, best)
+        if led is not None:
+            (lead, index), section, read = led
+            if read is not None:  # the lead's chunk is not among the passages: cite it, graded under its title
+                score = checked_scores(self.reranker, question, [titled(section.title, lead)])[0]
+                read = {**read, "score": score}
+            support = sorted((t for t in strips if _normalised(t[1]) in section.sentences), key=lambda t: -t[0])
+            answer = self._led((lead, index, 0), support, [])
+            return Answer(answer.text, answer.used, read=(read,) if read is not None else ())
         chosen = _best_of(strips, anchor if best[2] in anchor else {best[2]})
         if _reads_as_prose(chosen[0][1]):
             chosen = [chosen[0], *(t for t in chosen[1:] if _reads_as_prose(t[1]))]  # no code, row or note after it
-            led = self._section_lead(question, passages, best)
-            if led is None:
-                return Answer(" ".join(t[1] for t in chosen), sorted({t[2] for t in chosen}))
-            answer = self._led(led[0], sorted(chosen, key=lambda t: t[0], reverse=True), [])
-            return Answer(answer.text, answer.used, read=led[1])
+            return Answer(" ".join(t[1] for t in chosen), sorted({t[2] for t in chosen}))
         # a fragment would open the answer: the page's lead instead, then its passage's best prose sentences
         found = first_prose(passages, _reading_order(passages, best[2], page_first=True))
         if found is None:
@@ -285,18 +294,15 @@ class ExtractiveGenerator:
         return self._led(found, [*rest, *(t for t in chosen if t[2] != index)], [index])
 
     def _section_lead(
-        self,
-        question: str,
-        passages: Sequence[Mapping[str, Any]],
-        best: tuple[float, str, int, int],
-    ) -> tuple[tuple[str, int, int], tuple[Mapping[str, Any], ...]] | None:
+        self, passages: Sequence[Mapping[str, Any]], best: tuple[float, str, int, int]
+    ) -> tuple[tuple[str, int], Part, dict[str, Any] | None] | None:
         """The lead of the documentation section the best sentence stands in; None without one.
 
         The lead is the section's first `LEAD_SENTENCES` prose sentences (what its subject is and does: the
         context the best sentence is read in), from the best sentence's chunk (the passage, or for a refined strip
         its chunk fetched by id) or, where the section opened in an earlier chunk, from that one
-        (`section_opening`). Returns the lead (text, passage index, position) and the chunk it was read from when
-        the passages do not hold it, to cite (scored by the grader, the lead under its title).
+        (`section_opening`). Returns the lead and the passage it is read from (`len(passages)` for a chunk the
+        passages do not hold), the section (its title and its sentences in both chunks), and that chunk, if any.
         """
         passage = passages[best[2]]
         chunk = str(passage.get("chunk_id") or "")
@@ -304,28 +310,25 @@ class ExtractiveGenerator:
         if passage.get("strip"):
             fetched = self._fetch([chunk]) if chunk else []
             text = fetched[0].page_content if fetched else ""
-        part = part_holding(text, best[1])
-        if part is None:
+        held = part_holding(text, best[1])
+        if held is None:
             return None
-        source: Mapping[str, Any] | None = None
-        if not part.opens:
-            opening = section_opening(self._fetch, chunk, part.title)
-            held = [p for p in parts(opening.page_content) if p.title == part.title and p.opens] if opening else []
-            if opening is None or not held:
+        opening, index = held, best[2]
+        read: dict[str, Any] | None = None
+        if not held.opens:
+            doc = section_opening(self._fetch, chunk, held.title)
+            found = [p for p in parts(doc.page_content) if p.title == held.title and p.opens] if doc else []
+            if doc is None or not found:
                 return None
-            part = held[0]
-            source = {"chunk_id": str(opening.id), "source": str(opening.metadata.get("source", ""))}
-            source |= {"text": opening.page_content}
-        lead = _lead(part)
+            opening, opened = found[0], str(doc.id or doc.metadata.get("chunk_id"))
+            index = next((i for i, p in enumerate(passages) if p.get("chunk_id") == opened), len(passages))
+            if index == len(passages):
+                read = {"chunk_id": opened, "source": str(doc.metadata.get("source", "")), "text": doc.page_content}
+        lead = _lead(opening)
         if not lead:
             return None
-        if source is None:
-            return (lead, best[2], 0), ()
-        known = next((i for i, p in enumerate(passages) if p.get("chunk_id") == source["chunk_id"]), None)
-        if known is not None:
-            return (lead, known, 0), ()
-        score = checked_scores(self.reranker, question, [titled(part.title, lead)])[0]
-        return (lead, len(passages), 0), ({**source, "score": score},)
+        section = Part(held.title, (*opening.sentences, *held.sentences), True)
+        return (lead, index), section, read
 
     def _fetch(self, ids: Sequence[str]) -> Sequence[Document]:
         """Chunks by id from the store; none without one, or when it fails (the answer reads the passages alone)."""
@@ -461,6 +464,10 @@ LEAD_SENTENCES = 2
 """A section's lead: its first prose sentences, this many (what the section's subject is, and what it does)."""
 _LEAD_IN = re.compile(r"^(\S+\s+){0,3}\S+:$")
 """A short line that only introduces what follows ("The syntax is:", "For example:"): no part of a lead."""
+
+
+def _normalised(text: str) -> str:
+    return " ".join(text.split())
 
 
 def _lead(part: Part) -> str:
