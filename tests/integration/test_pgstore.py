@@ -338,15 +338,15 @@ def test_components_pick_the_postgres_store_from_settings(db: str, monkeypatch: 
     assert PASSWORD not in str(missing.value)
 
 
-def test_get_by_ids_and_the_next_chunks_of_a_section_like_faiss(db: str, tmp_path: Path) -> None:
-    from fastcrag.retrieval.sections import section_after
+def test_get_by_ids_and_where_a_section_opens_like_faiss(db: str, tmp_path: Path) -> None:
+    from fastcrag.retrieval.sections import section_opening
 
     guide = SourceDocument(
         "guide.md",
         "Guide",
-        "# Alpha\n\n"
+        "# Guide\n\n## Alpha\n\n"
         + " ".join(f"Alpha sentence number {i} says something about the alpha topic." for i in range(12))
-        + "\n\n# Beta\n\nBeta is another topic. It has its own lead.",
+        + "\n\n## Beta\n\nBeta is another topic. It has its own lead.",
     )
     _build(db, [guide, *DOCS])
     build_index([guide, *DOCS], tmp_path, HashEmbeddings(), chunk_tokens=32, chunk_overlap=8, progress=False)
@@ -358,7 +358,6 @@ def test_get_by_ids_and_the_next_chunks_of_a_section_like_faiss(db: str, tmp_pat
         assert [(d.page_content, d.metadata) for d in got] == [
             (d.page_content, d.metadata) for d in faiss.get_by_ids(ids[1::-1])
         ]
-        after = [(d.id, d.page_content) for d in section_after(store, ids[0], 20)]
-        assert after == [(d.id, d.page_content) for d in section_after(faiss, ids[0], 20)]
-        assert len(after) == len(ids) - 2 and "Beta" not in after[-1][1]  # Alpha's continued chunks, cut before Beta
+        opening = section_opening(store.get_by_ids, ids[-2], "Guide \u203a Alpha")
+        assert opening is not None and opening.id == ids[0]  # looked back over Alpha's continued chunks
         assert store.get_by_ids([]) == []
