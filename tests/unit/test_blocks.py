@@ -142,6 +142,23 @@ def test_html_keeps_headings_tables_code_and_lists(tmp_path: Path) -> None:
     assert "menu" not in doc.text and "T" not in doc.text.split()
 
 
+def test_html_definition_terms_head_their_definitions(tmp_path: Path) -> None:
+    html = (
+        "<h1>frob(1)</h1><h2>OPTIONS</h2><p>Options:</p><dl><dt>-v</dt><dt>--verbose</dt><dd><p>Print more.</p></dd>"
+        "<dt>-q</dt><dd>Print less. Rarely useful.</dd></dl><h2>FAQ</h2><dl><dt>Why is frob slow?</dt>"
+        "<dd>It frobs every widget.</dd></dl>"
+    )
+    (tmp_path / "frob.html").write_text(html)
+    (doc,) = load_documents([tmp_path])
+    got = [(s.title.split(TITLE_JOINER), [b.text for b in s.blocks]) for s in sections(doc.text)]
+    assert got == [
+        (["frob(1)", "OPTIONS"], ["Options:"]),
+        (["frob(1)", "OPTIONS", "-v, --verbose"], ["Print more."]),  # the terms of one definition: one heading
+        (["frob(1)", "OPTIONS", "-q"], ["Print less. Rarely useful."]),
+        (["frob(1)", "FAQ", "Why is frob slow?"], ["It frobs every widget."]),
+    ]
+
+
 @pytest.mark.parametrize(
     ("text", "kind"),
     [

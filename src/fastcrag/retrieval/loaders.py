@@ -49,6 +49,7 @@ def _read_text(path: Path) -> str:
         return data.decode("utf-8", errors="replace")
 
 
+_HEADING_TAGS = ["h1", "h2", "h3", "h4", "h5", "h6"]
 _BLOCK_TAGS = ["p", "div", "li", "dd", "dt", "blockquote", "section", "article", "main", "br", "tr", "ul", "ol", "dl"]
 
 
@@ -76,6 +77,15 @@ def _html(path: Path) -> str:
         lines = ["| " + " | ".join(r + [""] * (width - len(r))) + " |" for r in rows]
         lines.insert(1, "|" + "---|" * width)
         table.replace_with("\n\n" + "\n".join(lines) + "\n\n")
+    for dl in soup("dl"):  # a definition list's terms head their definitions (options, glossary, FAQ, API entries)
+        run: list[Any] = []  # consecutive terms of one definition make one heading
+        for child in list(dl.find_all(["dt", "dd"], recursive=False)):
+            if child.name == "dt":
+                run.append(child)
+                continue
+            _term_heading(run)
+            run = []
+        _term_heading(run)
     for level in range(1, 7):
         for heading in soup(f"h{level}"):
             text = " ".join(heading.get_text(" ").split()).rstrip("¶#").strip()
@@ -86,6 +96,18 @@ def _html(path: Path) -> str:
             tag.insert(0, "* ")
         tag.insert_after("\n\n" if tag.name != "br" else "\n")
     return str(soup.get_text(""))
+
+
+def _term_heading(terms: list[Any]) -> None:
+    """Definition-list terms (`dt`) as one Markdown heading, a level below the heading above them."""
+    if not terms:
+        return
+    text = ", ".join(t for t in (" ".join(d.get_text(" ").split()).rstrip("¶#").strip() for d in terms) if t)
+    above = terms[0].find_previous(_HEADING_TAGS)
+    level = min(int(above.name[1]) + 1, 6) if above is not None else 2
+    for extra in terms[1:]:
+        extra.decompose()
+    terms[0].replace_with(f"\n\n{'#' * level} {text}\n\n" if text else "")
 
 
 def _pdf(path: Path) -> str:
