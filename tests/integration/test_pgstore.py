@@ -339,7 +339,7 @@ def test_components_pick_the_postgres_store_from_settings(db: str, monkeypatch: 
 
 
 def test_get_by_ids_and_where_a_section_opens_like_faiss(db: str, tmp_path: Path) -> None:
-    from fastcrag.retrieval.sections import section_opening
+    from fastcrag.retrieval.sections import section_before
 
     guide = SourceDocument(
         "guide.md",
@@ -358,6 +358,6 @@ def test_get_by_ids_and_where_a_section_opens_like_faiss(db: str, tmp_path: Path
         assert [(d.page_content, d.metadata) for d in got] == [
             (d.page_content, d.metadata) for d in faiss.get_by_ids(ids[1::-1])
         ]
-        opening = section_opening(store.get_by_ids, ids[-2], "Guide \u203a Alpha")
-        assert opening is not None and opening.id == ids[0]  # looked back over Alpha's continued chunks
+        before = section_before(store.get_by_ids, ids[-2], "Guide \u203a Alpha")
+        assert [d.id for d in before] == ids[:-2]  # back over Alpha's continued chunks, as FAISS gives them
         assert store.get_by_ids([]) == []

@@ -112,6 +112,14 @@ def test_chunks_keep_titles_rows_apart_and_code_whole() -> None:
     assert all(body.count("```") % 2 == 0 for _, body in chunks)
 
 
+def test_a_heading_never_makes_a_chunk_alone() -> None:
+    code = "\n".join(f"    value_{i} = compute_something({i}, {i + 1}, {i + 2}, {i + 3})" for i in range(4))
+    text = f"Frob widgets\n============\n\n```\n{code}\n```\n\nFrob turns widgets into gadgets.\n"
+    chunks = chunk_sections(sections(text), 16, 4)  # a code line of 16 tokens fills a chunk: the heading joins it
+    assert chunks[0][1].startswith("Frob widgets\n\n```\nvalue_0 = ")
+    assert all(split_title(body)[1].strip() for _, body in chunks)  # every chunk has a body under its title
+
+
 def test_a_long_code_block_is_cut_between_lines_into_fenced_pieces() -> None:
     code = "\n".join(f"value_{i} = compute_something({i}, other_argument)" for i in range(60))
     chunks = chunk_sections(sections(f"```\n{code}\n```\n"), 64, 12)

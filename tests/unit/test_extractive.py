@@ -251,3 +251,18 @@ def test_an_explain_answer_stays_in_its_section() -> None:
     answer = ExtractiveGenerator(grader, chunks=_store(opening)).generate("What does frob's -v flag do?", passages)
     assert answer.text == "Options change how frob works. Each has a letter. The -v flag prints more."
     assert answer.used == [1, 0] and answer.read[0]["chunk_id"] == "frob-1"
+
+
+def test_a_lead_is_the_sections_first_prose_wherever_it_stands_and_never_a_list_item() -> None:
+    grader = ScriptedReranker({"Gadgets": 0.9, "turns widgets": 0.3})
+    store = _store(
+        ("frob-0", "The frob statement\n\n```\nfrob_stmt ::= 'frob' widget\n```"),  # the heading over a grammar block
+        (
+            "frob-1",
+            "The frob statement (continued)\n\n1. take a widget\n\nThe frob statement turns widgets into gadgets.",
+        ),
+    )
+    passages = [{"chunk_id": "frob-2", "text": "The frob statement (continued)\n\nGadgets are shiny.", "score": 0.8}]
+    answer = ExtractiveGenerator(grader, chunks=store).generate("What does frob do?", passages)  # type: ignore[arg-type]
+    assert answer.text == "The frob statement turns widgets into gadgets. Gadgets are shiny."
+    assert [r["chunk_id"] for r in answer.read] == ["frob-1"] and answer.used == [1, 0]

@@ -183,7 +183,7 @@ ALPHA, BETA = "Guide \u203a Alpha", "Guide \u203a Beta"
 
 
 def test_get_by_ids_and_where_a_section_opens(tmp_path: Path) -> None:
-    from fastcrag.retrieval.sections import part_holding, parts, section_opening
+    from fastcrag.retrieval.sections import part_holding, parts, section_before
     from fastcrag.retrieval.text import CONTINUED, split_title
 
     build(tmp_path, [SECTIONED, *DOCS])
@@ -199,32 +199,28 @@ def test_get_by_ids_and_where_a_section_opens(tmp_path: Path) -> None:
     assert beta == (BETA, True, ("Beta is another topic.",)) and parts(texts[-1])[0].title == BETA
     held = part_holding(texts[-2], "Alpha sentence number 11 says something about the alpha topic.")
     assert held is not None and held.title == ALPHA and not held.opens
-    opening = section_opening(store.get_by_ids, ids[-2], ALPHA)
-    assert opening is not None and opening.id == ids[0]  # looked back over the continued chunks
-    opening = section_opening(store.get_by_ids, ids[-1], BETA)
-    assert opening is not None and opening.id == ids[-2]  # a section that opens inside a chunk
-    assert section_opening(store.get_by_ids, ids[-2], ALPHA, reach=1) is None  # not within reach
-    assert section_opening(store.get_by_ids, ids[0], ALPHA) is None  # chunk 0 has nothing before it
-    assert section_opening(store.get_by_ids, "no-number", ALPHA) is None
+    before = section_before(store.get_by_ids, ids[-2], ALPHA)
+    assert [d.id for d in before] == ids[:-2]  # back over the continued chunks, to the opening, in reading order
+    assert [d.id for d in section_before(store.get_by_ids, ids[-1], BETA)] == [ids[-2]]  # it opens inside a chunk
+    assert section_before(store.get_by_ids, ids[-2], ALPHA, reach=1) == []  # the opening is out of reach
+    assert section_before(store.get_by_ids, ids[0], ALPHA) == []  # chunk 0 has nothing before it
+    assert section_before(store.get_by_ids, "no-number", ALPHA) == []
     store.delete([ids[1]])  # the map from ids to rows follows the store: the chain is broken
-    assert store.get_by_ids([ids[1]]) == [] and section_opening(store.get_by_ids, ids[2], ALPHA) is None
+    assert store.get_by_ids([ids[1]]) == [] and section_before(store.get_by_ids, ids[2], ALPHA) == []
 
 
 def test_a_store_that_cannot_fetch_by_id_gives_no_opening() -> None:
     from langchain_core.vectorstores import InMemoryVectorStore
 
-    from fastcrag.retrieval.sections import section_opening
+    from fastcrag.retrieval.sections import section_before
 
     class NoIds(InMemoryVectorStore):
         def get_by_ids(self, ids: object, /) -> list[object]:  # type: ignore[override]
             raise NotImplementedError("no ids here")
 
     texts, meta = ["Alpha\n\nThe lead.", "Alpha (continued)\n\nMore of it."], [{"source": "s"}] * 2
-    assert (
-        section_opening(NoIds.from_texts(texts, HashEmbeddings(), meta, ids=["d-0", "d-1"]).get_by_ids, "d-1", "Alpha")
-        is None
-    )
+    no_ids = NoIds.from_texts(texts, HashEmbeddings(), meta, ids=["d-0", "d-1"])
+    assert section_before(no_ids.get_by_ids, "d-1", "Alpha") == []
     # any LangChain store that fetches by id gives it (here: LangChain's in-memory one)
     langchain = InMemoryVectorStore.from_texts(texts, HashEmbeddings(), meta, ids=["d-0", "d-1"])
-    opening = section_opening(langchain.get_by_ids, "d-1", "Alpha")
-    assert opening is not None and opening.id == "d-0"
+    assert [d.id for d in section_before(langchain.get_by_ids, "d-1", "Alpha")] == ["d-0"]

@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 from fastcrag.generation import prompts
 from fastcrag.grading.reader import Span, is_reader
 from fastcrag.grading.reranker import Reranker, checked_scores
-from fastcrag.retrieval.sections import FetchChunks, Part, part_holding, parts, section_opening
+from fastcrag.retrieval.sections import FetchChunks, Part, part_holding, parts, section_before
 from fastcrag.retrieval.structure import prose, without_label
 from fastcrag.retrieval.text import sectioned, split_sentences, split_title, titled
 
@@ -269,13 +269,13 @@ class ExtractiveGenerator:
         best = max((t for t in strips if t[2] in anchor), key=lambda t: t[0], default=max(strips, key=lambda t: t[0]))
         led = self._section_lead(passages, best)
         if led is not None:
-            (lead, index), section, read = led
-            if read is not None:  # the lead's chunk is not among the passages: cite it, graded under its title
+            lead, used, section, read = led
+            if read:  # chunks the passages do not hold: cited, with the lead graded under its title
                 score = checked_scores(self.reranker, question, [titled(section.title, lead)])[0]
-                read = {**read, "score": score}
+                read = [{**r, "score": score} for r in read]
             support = sorted((t for t in strips if _normalised(t[1]) in section.sentences), key=lambda t: -t[0])
-            answer = self._led((lead, index, 0), support, [])
-            return Answer(answer.text, answer.used, read=(read,) if read is not None else ())
+            answer = self._led((lead, used[0], 0), support, used)
+            return Answer(answer.text, answer.used, read=tuple(read))
         chosen = _best_of(strips, anchor if best[2] in anchor else {best[2]})
         if _reads_as_prose(chosen[0][1]):
             chosen = [chosen[0], *(t for t in chosen[1:] if _reads_as_prose(t[1]))]  # no code, row or note after it
@@ -295,14 +295,15 @@ class ExtractiveGenerator:
 
     def _section_lead(
         self, passages: Sequence[Mapping[str, Any]], best: tuple[float, str, int, int]
-    ) -> tuple[tuple[str, int], Part, dict[str, Any] | None] | None:
+    ) -> tuple[str, list[int], Part, list[dict[str, Any]]] | None:
         """The lead of the documentation section the best sentence stands in; None without one.
 
         The lead is the section's first `LEAD_SENTENCES` prose sentences (what its subject is and does: the
         context the best sentence is read in), from the best sentence's chunk (the passage, or for a refined strip
-        its chunk fetched by id) or, where the section opened in an earlier chunk, from that one
-        (`section_opening`). Returns the lead and the passage it is read from (`len(passages)` for a chunk the
-        passages do not hold), the section (its title and its sentences in both chunks), and that chunk, if any.
+        its chunk fetched by id) or, where the section opened in an earlier chunk, from the chunks since its
+        opening (`section_before`). Returns the lead, the passages it is read from (`len(passages) + j` for the
+        j-th chunk the passages do not hold), the section (its title, its sentences in those chunks) and those
+        chunks.
         """
         passage = passages[best[2]]
         chunk = str(passage.get("chunk_id") or "")
@@ -313,22 +314,33 @@ class ExtractiveGenerator:
         held = part_holding(text, best[1])
         if held is None:
             return None
-        opening, index = held, best[2]
-        read: dict[str, Any] | None = None
-        if not held.opens:
-            doc = section_opening(self._fetch, chunk, held.title)
-            found = [p for p in parts(doc.page_content) if p.title == held.title and p.opens] if doc else []
-            if doc is None or not found:
-                return None
-            opening, opened = found[0], str(doc.id or doc.metadata.get("chunk_id"))
-            index = next((i for i, p in enumerate(passages) if p.get("chunk_id") == opened), len(passages))
-            if index == len(passages):
-                read = {"chunk_id": opened, "source": str(doc.metadata.get("source", "")), "text": doc.page_content}
-        lead = _lead(opening)
+        before = section_before(self._fetch, chunk, held.title) if not held.opens else []
+        if not held.opens and not before:
+            return None
+        ordered: dict[str, int | Document] = {}  # sentence -> where it stands: a passage, or a chunk read by id
+        for doc in before:
+            for part in parts(doc.page_content):
+                if part.title == held.title:
+                    ordered.update((s, doc) for s in part.sentences if s not in ordered)
+        ordered.update((s, best[2]) for s in held.sentences if s not in ordered)
+        lead = _lead(list(ordered))
         if not lead:
             return None
-        section = Part(held.title, (*opening.sentences, *held.sentences), True)
-        return (lead, index), section, read
+        known = {str(p.get("chunk_id")): i for i, p in enumerate(passages)}
+        used: list[int] = []
+        read: list[dict[str, Any]] = []
+        for _, sentence in lead:
+            where = ordered[sentence]
+            if isinstance(where, Document):
+                chunk_id = str(where.id or where.metadata.get("chunk_id"))
+                if chunk_id not in known:
+                    known[chunk_id] = len(passages) + len(read)
+                    source = str(where.metadata.get("source", ""))
+                    read.append({"chunk_id": chunk_id, "source": source, "text": where.page_content})
+                where = known[chunk_id]
+            if where not in used:
+                used.append(where)
+        return " ".join(t for t, _ in lead), used, Part(held.title, tuple(ordered), True), read
 
     def _fetch(self, ids: Sequence[str]) -> Sequence[Document]:
         """Chunks by id from the store; none without one, or when it fails (the answer reads the passages alone)."""
@@ -464,25 +476,30 @@ LEAD_SENTENCES = 2
 """A section's lead: its first prose sentences, this many (what the section's subject is, and what it does)."""
 _LEAD_IN = re.compile(r"^(\S+\s+){0,3}\S+:$")
 """A short line that only introduces what follows ("The syntax is:", "For example:"): no part of a lead."""
+_LIST_ITEM = re.compile(r"^(?:[*\u2022-]|\d{1,2}[.)]|\([a-z0-9]\))\s")
+"""A list item ("* ...", "1. ...", "(a) ..."): one step of what its lead-in introduces, no part of a lead."""
 
 
 def _normalised(text: str) -> str:
     return " ".join(text.split())
 
 
-def _lead(part: Part) -> str:
-    """A section's lead: its first `LEAD_SENTENCES` prose sentences (no code, row, note or reference line)."""
-    lead: list[str] = []
-    for sentence in part.sentences:
+def _lead(sentences: Sequence[str]) -> list[tuple[str, str]]:
+    """A section's lead: its first `LEAD_SENTENCES` prose sentences (no code, row, note or reference line).
+
+    Each as (its prose, the sentence it is read from).
+    """
+    lead: list[tuple[str, str]] = []
+    for sentence in sentences:
         text = prose(sentence) if not is_reference_line(sentence) else None
-        if text is None or len(text.split()) < LEAD_MIN_WORDS or _LEAD_IN.match(text):
+        if text is None or len(text.split()) < LEAD_MIN_WORDS or _LEAD_IN.match(text) or _LIST_ITEM.match(text):
             continue
-        if lead and len(" ".join([*lead, text]).split()) > EXPLAIN_WORDS:
+        if lead and len(" ".join([*(t for t, _ in lead), text]).split()) > EXPLAIN_WORDS:
             break
-        lead.append(text)
+        lead.append((text, sentence))
         if len(lead) == LEAD_SENTENCES:
             break
-    return " ".join(lead)
+    return lead
 
 
 def _reads_as_prose(sentence: str) -> bool:

@@ -362,7 +362,8 @@ def chunk_sections(parts: list[Section], size: int = 128, overlap: int = 24) -> 
     for unit in units:
         _, n, kind, _, _ = unit
         table_change = bool(current) and (kind == TABLE) != (current[-1][2] == TABLE) and kind != HEADING
-        if current and (used + n > size or table_change):
+        alone = len(current) == 1 and current[0][2] == HEADING  # a heading stays with what it heads
+        if current and (used + n > size or table_change) and not alone:
             emit()
             carried: list[tuple[str, int, str, str, str]] = []
             carried_tokens = 0

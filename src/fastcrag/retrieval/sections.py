@@ -58,6 +58,7 @@ def parts(text: str) -> list[Part]:
         found[-1][1].append(strip)
     first = title.removesuffix(CONTINUED)
     opens = not title.endswith(CONTINUED)
+    found = found or [(first, [])]  # a chunk of its title alone (its heading before a block too long to join)
     return [Part(t, tuple(s), opens or k > 0 or t != first) for k, (t, s) in enumerate(found)]
 
 
@@ -67,26 +68,29 @@ def part_holding(text: str, sentence: str) -> Part | None:
     return next((p for p in parts(text) if any(want in s or s in want for s in p.sentences if s)), None)
 
 
-def section_opening(fetch: FetchChunks, chunk: str, title: str, reach: int = SECTION_REACH) -> Document | None:
-    """The chunk before chunk `chunk` where section `title` opens (its heading there), or None.
+def section_before(fetch: FetchChunks, chunk: str, title: str, reach: int = SECTION_REACH) -> list[Document]:
+    """The chunks before chunk `chunk` that hold section `title`, from the one where it opens, in reading order.
 
-    Looks back at most `reach` chunks (one `fetch`), through chunks that continue the section; None when the id
-    carries no number, the chain breaks (a chunk missing, or one outside the section) or `fetch` cannot fetch by id.
+    Looks back at most `reach` chunks (one `fetch`), through chunks that continue the section; none when the id
+    carries no number, the section's opening is out of reach, the chain breaks (a chunk missing, or one outside the
+    section) or `fetch` cannot fetch by id.
     """
     number = chunk_number(chunk)
     if number is None or number == 0:
-        return None
+        return []
     prefix = chunk.rpartition("-")[0]
     ids = [f"{prefix}-{n}" for n in range(number - 1, max(-1, number - 1 - reach), -1)]
     try:
         found = {str(d.id or d.metadata.get("chunk_id")): d for d in fetch(ids)}
     except NotImplementedError:
-        return None
+        return []
+    chain: list[Document] = []
     for wanted in ids:
         doc = found.get(wanted)
         held = [p for p in parts(doc.page_content) if p.title == title] if doc is not None else []
-        if not held:
-            return None
+        if doc is None or not held:
+            return []
+        chain.insert(0, doc)
         if any(p.opens for p in held):
-            return doc
-    return None
+            return chain
+    return []
