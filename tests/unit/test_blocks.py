@@ -10,8 +10,9 @@ from fastcrag.graph.nodes.retrieve import collapse_copies
 from fastcrag.graph.state import Candidate
 from fastcrag.retrieval.blocks import CODE, PROSE, TABLE, chunk_sections, sections
 from fastcrag.retrieval.loaders import load_documents
+from fastcrag.retrieval.sections import parts
 from fastcrag.retrieval.structure import fragment
-from fastcrag.retrieval.text import TITLE_JOINER, body_sentences, is_heading, opens_section, sectioned, split_title
+from fastcrag.retrieval.text import TITLE_JOINER, body_sentences, is_heading, sectioned, split_title
 
 RST = """The "frob" statement
 ********************
@@ -104,7 +105,7 @@ def test_chunks_keep_titles_rows_apart_and_code_whole() -> None:
     chunks = chunk_sections(sections(text), 64, 12)
     titles = [split_title(body)[0] for _, body in chunks]
     assert titles[0] == "Widgets" and all(t == "Widgets (continued)" for t in titles[1:])
-    assert opens_section(chunks[0][1]) is True and opens_section(chunks[1][1]) is False
+    assert parts(chunks[0][1])[0].opens and not parts(chunks[1][1])[0].opens
     for _, body in chunks:
         kinds = {fragment(s) == "table" for s in body_sentences(body)}
         assert len(kinds) == 1, body  # a chunk holds table rows or prose, never both
@@ -275,6 +276,6 @@ def test_a_chunk_is_marked_continued_wherever_its_section_opened_before_it() -> 
     assert split_title(chunks[opened][1])[0].startswith("Alpha")  # Beta opens inside a chunk titled Alpha
     after = chunks[opened + 1][1]
     # the next chunk opens with Beta's sentences carried over: Beta continued there, it does not open there
-    assert split_title(after)[0] == f"{beta} (continued)" and opens_section(after) is False
+    assert split_title(after)[0] == f"{beta} (continued)" and not parts(after)[0].opens
     assert split_title(after)[1].startswith("Beta says thing number 0 about beta.")
     assert chunks[opened][1].endswith("Beta says thing number 0 about beta.")

@@ -46,8 +46,8 @@ class Answer:
 
     The reply to a chat carries `message_id`, so a client that streamed the model's tokens under that id sees them
     become the final message (with its sources) instead of a second one. `read` holds the chunks the answer read
-    beyond the passages it was given (`chunk_id`, `source`, `text`, `score`); in `used` they follow the passages
-    (index `len(passages) + j` is `read[j]`).
+    beyond the passages it was given (`chunk_id`, `source`, `score`); in `used` they follow the passages (index
+    `len(passages) + j` is `read[j]`).
     """
 
     text: str
@@ -186,12 +186,17 @@ class ExtractiveGenerator:
     with a grader that only scores, the best-scoring sentence. Reference and
     navigation lines (see-also lines, bare headings, lists of links) never stand as the answer.
 
+    Over documentation (a titled chunk, or a strip of one) every question not asking for one fact is answered so.
+    An explain answer from a documentation section opens with the section's lead (`LEAD_SENTENCES`, read back
+    through `chunks` to where the section opened, and cited), then that section's best sentences.
+
     A documentation fragment (a note or version line, a keyword list, a table row, a grammar production, a title
-    run into a grammar block) never opens an answer: where it would, an explain answer opens with the page's lead
-    (the first prose sentence of the earliest passage of that page), supported by its passage's best prose
-    sentences and the best passage's; a factoid keeps its span where the sentence around it is prose, else gets
-    the passage's first prose sentence (the next passage's when it has none). With no prose anywhere the answer
-    is the one above; whether the generator answers or raises never depends on it.
+    run into a grammar block) never opens an answer: where it would, an explain answer opens with its section's
+    lead, or in untitled text with the page's (the first prose sentence of the earliest passage of that page),
+    supported by its passage's best prose sentences and the best passage's; a factoid keeps its span where the
+    sentence around it is prose, else gets the passage's first prose sentence (the next passage's when it has
+    none). With no prose anywhere the answer is the one above; whether the generator answers or raises never
+    depends on it.
     """
 
     name = "extractive"
@@ -221,12 +226,7 @@ class ExtractiveGenerator:
         )
 
     def generate(
-        self,
-        question: str,
-        passages: Sequence[Mapping[str, Any]],
-        *,
-        abstain: bool = True,
-        ambiguous: bool = False,
+        self, question: str, passages: Sequence[Mapping[str, Any]], *, abstain: bool = True, ambiguous: bool = False
     ) -> Answer:
         """The best span and its sentence (a reader), else the best strip; refined strips keep their scores.
 
@@ -335,8 +335,7 @@ class ExtractiveGenerator:
                 chunk_id = str(where.id or where.metadata.get("chunk_id"))
                 if chunk_id not in known:
                     known[chunk_id] = len(passages) + len(read)
-                    source = str(where.metadata.get("source", ""))
-                    read.append({"chunk_id": chunk_id, "source": source, "text": where.page_content})
+                    read.append({"chunk_id": chunk_id, "source": str(where.metadata.get("source", ""))})
                 where = known[chunk_id]
             if where not in used:
                 used.append(where)

@@ -132,12 +132,6 @@ def titled(title: str, body: str, continued: bool = False) -> str:
     return f"{title}{CONTINUED if continued else ''}\n\n{body}" if title else body
 
 
-def opens_section(text: str) -> bool | None:
-    """Whether a titled chunk opens its section (None for a chunk without a title)."""
-    title = split_title(text)[0]
-    return not title.endswith(CONTINUED) if title else None
-
-
 def split_title(text: str) -> tuple[str, str]:
     """A chunk's title line and its body (`fastcrag.retrieval.blocks.titled`); ("", text) when it has no title.
 
