@@ -1,4 +1,5 @@
-"""Test doubles: a scripted reranker, a fixed retriever, a chat model with structured output, a tiny embedder."""
+"""Test doubles: a scripted reranker, a fixed retriever, a chat model with structured output, a tiny embedder, and a
+document whose section runs over several chunks."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from langchain_core.runnables import RunnableLambda
 from pydantic import Field
 
 from fastcrag.config.calibration import Calibration
+from fastcrag.retrieval.loaders import SourceDocument
 
 LOWER, UPPER = 0.3, 0.7
 CALIBRATION = Calibration(reranker_model="scripted", reranker_threshold=LOWER, crag_upper=UPPER)
@@ -202,3 +204,14 @@ class LogprobChat(BaseChatModel):
             return schema.model_validate(self.question)
 
         return RunnableLambda(run)
+
+
+# A guide whose section Alpha runs over several chunks at 32 tokens; Beta opens inside its last one.
+SECTIONED = SourceDocument(
+    "guide.md",
+    "Guide",
+    "# Guide\n\n## Alpha\n\n"
+    + " ".join(f"Alpha sentence number {i} says something about the alpha topic." for i in range(12))
+    + "\n\n## Beta\n\nBeta is another topic. It has its own lead.",
+)
+ALPHA, BETA = "Guide \u203a Alpha", "Guide \u203a Beta"

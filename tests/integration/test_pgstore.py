@@ -31,7 +31,7 @@ from fastcrag.retrieval.pgstore import (
 )
 from fastcrag.retrieval.store import FaissStore
 
-from fakes import CALIBRATION, FakeChat, HashEmbeddings, ScriptedReranker
+from fakes import ALPHA, CALIBRATION, SECTIONED, FakeChat, HashEmbeddings, ScriptedReranker
 
 pytestmark = pytest.mark.integration  # a real Postgres server (no model: a deterministic fake embedder)
 
@@ -341,15 +341,8 @@ def test_components_pick_the_postgres_store_from_settings(db: str, monkeypatch: 
 def test_get_by_ids_and_where_a_section_opens_like_faiss(db: str, tmp_path: Path) -> None:
     from fastcrag.retrieval.sections import section_before
 
-    guide = SourceDocument(
-        "guide.md",
-        "Guide",
-        "# Guide\n\n## Alpha\n\n"
-        + " ".join(f"Alpha sentence number {i} says something about the alpha topic." for i in range(12))
-        + "\n\n## Beta\n\nBeta is another topic. It has its own lead.",
-    )
-    _build(db, [guide, *DOCS])
-    build_index([guide, *DOCS], tmp_path, HashEmbeddings(), chunk_tokens=32, chunk_overlap=8, progress=False)
+    _build(db, [SECTIONED, *DOCS])
+    build_index([SECTIONED, *DOCS], tmp_path, HashEmbeddings(), chunk_tokens=32, chunk_overlap=8, progress=False)
     faiss = FaissStore.load(tmp_path, HashEmbeddings())
     ids = faiss.documents["guide.md"]["ids"]
     with _store(db) as store:
@@ -358,6 +351,6 @@ def test_get_by_ids_and_where_a_section_opens_like_faiss(db: str, tmp_path: Path
         assert [(d.page_content, d.metadata) for d in got] == [
             (d.page_content, d.metadata) for d in faiss.get_by_ids(ids[1::-1])
         ]
-        before = section_before(store.get_by_ids, ids[-2], "Guide \u203a Alpha")
+        before = section_before(store.get_by_ids, ids[-2], ALPHA)
         assert [d.id for d in before] == ids[:-2]  # back over Alpha's continued chunks, as FAISS gives them
         assert store.get_by_ids([]) == []

@@ -13,7 +13,7 @@ from fastcrag.retrieval.loaders import SourceDocument, load_documents, python_re
 from fastcrag.retrieval.store import FaissStore, IndexLoadError
 from fastcrag.retrieval.text import chunk_text, count_tokens, split_sentences
 
-from fakes import HashEmbeddings
+from fakes import ALPHA, BETA, SECTIONED, HashEmbeddings
 
 DOCS = [
     SourceDocument("a", "A", "The Eiffel Tower is in Paris. It opened in 1889."),
@@ -170,16 +170,6 @@ def test_html_loader_drops_page_furniture(tmp_path: Path) -> None:
     page.write_text("<nav>Home | About</nav><header>Site</header><p>Real text here.</p><footer>(c) 2026</footer>")
     [doc] = list(load_documents([page]))
     assert "Real text here." in doc.text and not any(w in doc.text for w in ("Home", "Site", "(c)"))
-
-
-SECTIONED = SourceDocument(
-    "guide.md",
-    "Guide",
-    "# Guide\n\n## Alpha\n\n"
-    + " ".join(f"Alpha sentence number {i} says something about the alpha topic." for i in range(12))
-    + "\n\n## Beta\n\nBeta is another topic. It has its own lead.",
-)
-ALPHA, BETA = "Guide \u203a Alpha", "Guide \u203a Beta"
 
 
 def test_get_by_ids_and_where_a_section_opens(tmp_path: Path) -> None:
