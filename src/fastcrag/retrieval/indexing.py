@@ -64,8 +64,8 @@ def encode(embeddings: Embeddings, texts: list[str]) -> Any:
 
 
 CHUNKER = 3
-"""The chunker's version: 3 nests API entries and marks a section's later chunks continued; 2 read structure
-(sections, tables, code; `fastcrag.retrieval.blocks`); 1 ran on."""
+"""The chunker's version: 3 nests API entries, marks every later chunk of a section continued and never leaves a
+heading alone in a chunk; 2 read structure (sections, tables, code; `fastcrag.retrieval.blocks`); 1 ran on."""
 
 
 def document_digest(text: str, chunk_tokens: int, chunk_overlap: int) -> str:

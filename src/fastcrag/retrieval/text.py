@@ -102,9 +102,9 @@ def normalise(text: str) -> str:
 
 _FENCED = re.compile(r"```.*?```", re.DOTALL)
 _TITLE_MAX_WORDS = 32
+"""A chunk's first line is its title when it stands alone, has no sentence end and at most this many words."""
 _NO_TITLE_END = (".", "!", ":", ";", "```")
 """How a title line never ends (a question may: an FAQ's headings are questions)."""
-"""A chunk's first line is its title when it stands alone, has no sentence end and at most this many words."""
 
 
 def split_sentences(text: str) -> list[str]:
