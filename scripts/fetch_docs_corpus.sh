@@ -1,30 +1,55 @@
 #!/usr/bin/env bash
-# Fetch the second documentation corpus: Git's HTML manual as Debian ships it (package git-doc, GPL-2).
+# Fetch a documentation corpus as Debian ships it:
 #
-#   bash scripts/fetch_docs_corpus.sh DIR
+#   bash scripts/fetch_docs_corpus.sh [--corpus git|postgresql] DIR
 #
-# Downloads exactly git-doc 1:2.39.5-0+deb12u3 (Debian 12 "bookworm"), checks its SHA-256, and puts the manual's
-# top-level HTML pages (the command manual pages, the user manual, the tutorials, the glossary: 205 pages) and the
-# package's copyright file into DIR. The question set tests/data/docs_devset_git.jsonl names pages relative to DIR.
-# Run it again: nothing is downloaded when DIR already holds this version. The corpus is not part of the repository.
+# git (the default): Git's HTML manual, package git-doc 1:2.39.5-0+deb12u3 (Debian 12 "bookworm", GPL-2): the
+# manual's top-level HTML pages (the command manual pages, the user manual, the tutorials, the glossary: 205 pages).
+# It is the second evaluation corpus: tests/data/docs_devset_git.jsonl names pages relative to DIR.
+# postgresql: PostgreSQL 15's HTML manual, package postgresql-doc-15 15.18-0+deb12u1 (PostgreSQL Licence; 1,167 pages).
+# It is never evaluated on: the grader's documentation pairs are made from it (`python -m lab.scripts.docs_pairs`).
+#
+# The package's SHA-256 is checked, and its copyright file is put into DIR with the pages. Run it again: nothing is
+# downloaded when DIR already holds this version. The corpus is not part of the repository.
 #
 # Needs curl or wget (or apt-get on Debian/Ubuntu), and dpkg-deb or ar + tar. FASTRAG_DEBIAN_MIRROR overrides the
-# mirror (default http://deb.debian.org/debian); once Debian replaces this version, point it at a
+# mirror (default http://deb.debian.org/debian); once Debian replaces a version, point it at a
 # https://snapshot.debian.org/archive/debian/<timestamp> archive that still holds the file (the SHA-256 is checked).
 set -euo pipefail
 
-PACKAGE=git-doc
-VERSION="1:2.39.5-0+deb12u3"
-FILE="git-doc_2.39.5-0+deb12u3_all.deb"
-POOL="pool/main/g/git/$FILE"
-SHA256=3c89668a11053a6bafade3de1f611f4613db31e082af63f43d8c5b69ad8795ec
-DOCS=usr/share/doc/git-doc
+die() { echo "fetch_docs_corpus: $*" >&2; exit 1; }
+
+CORPUS=git
+if [ "${1:-}" = "--corpus" ]; then
+    [ $# -ge 2 ] || die "--corpus needs git or postgresql"
+    CORPUS="$2"
+    shift 2
+fi
+case "$CORPUS" in
+git)
+    PACKAGE=git-doc
+    VERSION="1:2.39.5-0+deb12u3"
+    FILE="git-doc_2.39.5-0+deb12u3_all.deb"
+    POOL="pool/main/g/git/$FILE"
+    SHA256=3c89668a11053a6bafade3de1f611f4613db31e082af63f43d8c5b69ad8795ec
+    DOCS=usr/share/doc/git-doc
+    COPYRIGHT=usr/share/doc/git-doc/copyright
+    ;;
+postgresql)
+    PACKAGE=postgresql-doc-15
+    VERSION="15.18-0+deb12u1"
+    FILE="postgresql-doc-15_15.18-0+deb12u1_all.deb"
+    POOL="pool/main/p/postgresql-15/$FILE"
+    SHA256=3c598277a463c44d672daa2c335deb8d8252e1852fb025fd4578ea2d9a1b90f0
+    DOCS=usr/share/doc/postgresql-doc-15/html
+    COPYRIGHT=usr/share/doc/postgresql-doc-15/copyright
+    ;;
+*) die "unknown corpus '$CORPUS' (git or postgresql)" ;;
+esac
 MIRROR="${FASTRAG_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 MARKER=".fastcrag-corpus"
 
-die() { echo "fetch_docs_corpus: $*" >&2; exit 1; }
-
-[ $# -eq 1 ] || die "usage: bash scripts/fetch_docs_corpus.sh DIR (the folder to put the corpus in)"
+[ $# -eq 1 ] || die "usage: bash scripts/fetch_docs_corpus.sh [--corpus git|postgresql] DIR (the folder to put it in)"
 DEST="$1"
 STAMP="$PACKAGE=$VERSION sha256=$SHA256"
 
@@ -46,7 +71,7 @@ sha_ok() { echo "$SHA256  $1" | sha256sum -c --status - 2>/dev/null; }
 
 deb="$WORK/$FILE"
 if command -v apt-get >/dev/null 2>&1 && (cd "$WORK" && apt-get download -q "$PACKAGE=$VERSION" >/dev/null 2>&1); then
-    mv "$WORK"/git-doc_*.deb "$deb" 2>/dev/null || true
+    mv "$WORK"/"${PACKAGE}"_*.deb "$deb" 2>/dev/null || true
 fi
 if [ ! -f "$deb" ] || ! sha_ok "$deb"; then
     url="$MIRROR/$POOL"
@@ -74,7 +99,7 @@ fi
 mkdir -p "$(dirname "$DEST")"
 NEW="$(mktemp -d "$(dirname "$DEST")/.fetch-docs-corpus.XXXXXX")"
 find "$WORK/root/$DOCS" -maxdepth 1 -type f -name '*.html' -exec cp -p {} "$NEW/" \;
-cp -p "$WORK/root/$DOCS/copyright" "$NEW/copyright"
+cp -p "$WORK/root/$COPYRIGHT" "$NEW/copyright"
 echo "$STAMP" >"$NEW/$MARKER"
 chmod 755 "$NEW"
 if [ -d "$DEST" ]; then

@@ -1,0 +1,229 @@
+"""Grader training pairs from a documentation corpus: a section's lead answers the questions its heading asks.
+
+    python -m lab.scripts.docs_pairs CORPUS --out PAIRS.jsonl [--max-sections N] [--seed 13]
+
+CORPUS is a folder of documentation pages (HTML, Markdown, text) that is neither evaluation set: the training
+corpus is PostgreSQL's manual as Debian ships it (`bash scripts/fetch_docs_corpus.sh --corpus postgresql DIR`).
+Each page is read by fastcrag's own loaders and cut into its titled sections (`fastcrag.retrieval.blocks`), as the
+index does. A section whose heading names a subject (not "Notes", "Examples" ...) gives one question a newcomer
+asks of that subject ("What does CREATE TABLE do?", "What is the UNLOGGED parameter in CREATE TABLE?"), made from
+templates, and passages read as the graph reads them (the section's title on its own line, then the text):
+
+| passage | label |
+|---|---|
+| the section's lead (its first prose sentences, as the extractive generator's explain answer opens) | 1 |
+| the section's opening as a chunk holds it (the lead with what follows it, rows and code included) | 1 |
+| one of the section's later sentences: on topic, a side case or a detail, not what the subject is | `SIDE_LABEL` |
+| a table row or a code block of the section or its page | 0 |
+| the lead of another section whose subject shares a word with this one ("CREATE INDEX" for "CREATE TABLE") | 0 |
+| the lead of a section of another page, drawn at random | 0 |
+
+The JSONL rows (`question`, `passage`, `label`, `group` = the page) are what `python -m lab train-reranker
+--user-data` mixes into the grader's pool; groups keep a page's pairs on one side of the dev split.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import re
+import sys
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from fastcrag.fileio import write_text_atomic
+from fastcrag.generation.generators import _lead
+from fastcrag.retrieval.blocks import sections
+from fastcrag.retrieval.loaders import load_documents
+from fastcrag.retrieval.structure import prose
+from fastcrag.retrieval.text import TITLE_JOINER, split_sentences, titled
+
+SIDE_LABEL = 0.3
+"""A later sentence of the right section: on topic, but not what the question asks first (below any lead)."""
+CHUNK_WORDS = 90
+"""The words of a section's opening taken as a chunk-level positive (about a 128-token chunk)."""
+_GENERIC = {
+    "description", "synopsis", "parameters", "parameter", "arguments", "outputs", "output", "notes", "note",
+    "examples", "example", "compatibility", "see also", "tip", "warning", "caution", "important", "overview",
+    "introduction", "options", "usage", "return value", "returns", "diagnostics", "environment", "files", "bugs",
+    "author", "authors", "history", "prev", "next", "home", "up", "contents", "table of contents", "summary",
+}  # fmt: skip
+"""Headings that name a part of a page, not a subject: their subject is the page's."""
+_NUMBERING = re.compile(r"^(?:[A-Z]|\d+)(?:\.\d+)*\.\s+")
+_QUALIFIER = re.compile(r"\s*\([^()]*\)$")
+"""A trailing parenthesis ("(optional)", "( boolean )"): a detail of the heading, not of its subject."""
+_OPENS_PAGE = {"description", "overview", "introduction", "summary"}
+"""Generic headings whose section says what the page's subject is: the page's subject is theirs."""
+_TEMPLATES = (
+    "What is {s}?",
+    "What does {s} do?",
+    "How does {s} work?",
+    "What is {s} used for?",
+    "Explain {s}.",
+    "{s}",
+)
+_PART_TEMPLATES = ("What is {s} in {p}?", "What does {s} mean in {p}?", "{p} {s}")
+_ACTIVITY_TEMPLATES = ("{s}", "Explain {s}.", "How is {s} done?")
+"""For a heading that names an activity ("Importing a Large Object"): "What is importing ...?" is not asked."""
+_MAX_SUBJECT_WORDS = 8
+
+
+@dataclass(frozen=True)
+class Topic:
+    """A titled section with a lead: what a question about its subject should be answered with."""
+
+    page: str
+    title: str
+    subject: str
+    part_of: str
+    lead: str
+    opening: str
+    side: tuple[str, ...]
+    fragments: tuple[str, ...]
+
+
+def subject_of(heading: str) -> str:
+    """A heading as a subject: no section number ("9.4.1. format" -> "format"), no "(optional)"."""
+    return _QUALIFIER.sub("", _NUMBERING.sub("", heading.strip())).strip()
+
+
+def _generic(heading: str) -> bool:
+    return subject_of(heading).casefold().rstrip(":") in _GENERIC
+
+
+def page_topics(page: str, text: str) -> Iterator[Topic]:
+    """The topics of one page: its sections that have a subject and a prose lead."""
+    found = [s for s in sections(text) if s.title]
+    page_subject = next((subject_of(s.title.split(TITLE_JOINER)[0]) for s in found if not _generic(s.title)), "")
+    for section in found:
+        last = subject_of(section.title.split(TITLE_JOINER)[-1]).casefold()
+        if _generic(last) and last not in _OPENS_PAGE:
+            continue  # notes, examples, warnings: what their section says is not what the subject is
+        heads = [h for h in section.title.split(TITLE_JOINER) if not _generic(h)]
+        subject = subject_of(heads[-1]) if heads else page_subject
+        part_of = subject_of(heads[-2]) if len(heads) > 1 else ""
+        if not subject or len(subject.split()) > _MAX_SUBJECT_WORDS:
+            continue
+        prose_text = "\n\n".join(b.text for b in section.blocks if b.kind == "prose")
+        sentences = split_sentences(prose_text)
+        lead = _lead(sentences)
+        if not lead:
+            continue
+        read = {s for _, s in lead}
+        after = sentences[sentences.index(lead[-1][1]) + 1 :]
+        side = tuple(
+            t for s in after[1:] if s not in read and (t := prose(s)) and len(t.split()) >= 6 and t[0] not in "[("
+        )
+        fragments = tuple(b.text for b in section.blocks if b.kind != "prose" and len(b.text.split()) >= 3)
+        words = " ".join(b.text for b in section.blocks).split()
+        yield Topic(
+            page=page,
+            title=section.title,
+            subject=subject,
+            part_of=part_of if part_of != subject else "",
+            lead=" ".join(t for t, _ in lead),
+            opening=" ".join(words[:CHUNK_WORDS]),
+            side=side,
+            fragments=fragments,
+        )
+
+
+def question_for(topic: Topic, rng: random.Random) -> str:
+    """One question a newcomer asks of the topic's subject, from the templates."""
+    if topic.part_of and rng.random() < 0.5:
+        return rng.choice(_PART_TEMPLATES).format(s=topic.subject, p=topic.part_of)
+    if topic.subject.split()[0].casefold().endswith("ing"):
+        return rng.choice(_ACTIVITY_TEMPLATES).format(s=topic.subject)
+    return rng.choice(_TEMPLATES).format(s=topic.subject)
+
+
+def _words(text: str) -> set[str]:
+    return {w for w in re.findall(r"[a-z0-9_]+", text.casefold()) if len(w) > 2}
+
+
+def make_pairs(topics: Sequence[Topic], rng: random.Random) -> list[dict[str, object]]:
+    """The labelled rows of every topic (see the module's table)."""
+    by_word: dict[str, list[int]] = defaultdict(list)
+    for i, t in enumerate(topics):
+        for w in _words(t.subject):
+            by_word[w].append(i)
+    rows: list[dict[str, object]] = []
+    for i, topic in enumerate(topics):
+        q = question_for(topic, rng)
+
+        def add(passage: str, label: float, kind: str, topic: Topic = topic, q: str = q) -> None:
+            rows.append({"question": q, "passage": passage, "label": label, "group": topic.page, "kind": kind})
+
+        add(titled(topic.title, topic.lead), 1.0, "lead")
+        if topic.opening != topic.lead:
+            add(titled(topic.title, topic.opening), 1.0, "opening")
+        if topic.side:
+            add(titled(topic.title, rng.choice(topic.side)), SIDE_LABEL, "side")
+        if topic.fragments:
+            add(titled(topic.title, rng.choice(topic.fragments)), 0.0, "fragment")
+        near = sorted(
+            {
+                j
+                for w in _words(topic.subject)
+                for j in by_word[w]
+                if topics[j].page != topic.page
+                and topic.subject.casefold() not in topics[j].subject.casefold()
+                and topics[j].subject.casefold() not in topic.subject.casefold()
+            }
+        )
+        if near:
+            other = topics[rng.choice(near)]
+            add(titled(other.title, other.lead), 0.0, "neighbour")
+        other = topics[rng.randrange(len(topics))]
+        if other.page != topic.page:
+            add(titled(other.title, other.lead), 0.0, "random")
+    return rows
+
+
+def collect(corpus: Path) -> list[Topic]:
+    """Every topic of a corpus folder, page by page in path order."""
+    files = sorted(p for p in corpus.rglob("*") if p.is_file() and p.suffix.lower() in {".html", ".htm", ".md", ".txt"})
+    topics: list[Topic] = []
+    for doc in load_documents(files):
+        page = Path(doc.source)
+        name = page.relative_to(corpus).as_posix() if page.is_relative_to(corpus) else doc.source
+        topics.extend(page_topics(name, doc.text))
+    return topics
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Write the pairs of a corpus folder; 2 (and a one-line error) for a folder with no topic."""
+    ap = argparse.ArgumentParser(prog="python -m lab.scripts.docs_pairs", description=__doc__.split("\n")[0])
+    ap.add_argument("corpus", help="a documentation folder that is neither evaluation set")
+    ap.add_argument("--out", required=True, help="the JSONL of pairs to write")
+    ap.add_argument("--max-sections", type=int, default=0, help="sections drawn at random (0: all)")
+    ap.add_argument("--seed", type=int, default=13)
+    args = ap.parse_args(argv)
+    corpus = Path(args.corpus)
+    if not corpus.is_dir():
+        print(f"error: {corpus} is not a folder", file=sys.stderr)
+        return 2
+    topics = collect(corpus)
+    if not topics:
+        print(f"error: no titled section with a prose lead under {corpus}", file=sys.stderr)
+        return 2
+    rng = random.Random(args.seed)
+    if args.max_sections and len(topics) > args.max_sections:
+        topics = rng.sample(topics, args.max_sections)
+    rows = make_pairs(topics, rng)
+    digest = hashlib.sha1("".join(t.page + t.title for t in topics).encode("utf-8")).hexdigest()[:12]
+    write_text_atomic(Path(args.out), "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    kinds: dict[str, int] = defaultdict(int)
+    for r in rows:
+        kinds[str(r["kind"])] += 1
+    print(f"{len(rows)} pairs from {len(topics)} sections of {len({t.page for t in topics})} pages ({digest})")
+    print("  " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
