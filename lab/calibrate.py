@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from fastcrag.config.calibration import Calibration, CalibrationSample
+from fastcrag.config.calibration import PACKAGED_CALIBRATION, Calibration, CalibrationSample, load_calibration
 from fastcrag.datasets import LabelledQuestion, question_pools, sample
 from fastcrag.fileio import write_json_atomic
 from fastcrag.fitting.calibrate import (
@@ -49,6 +49,13 @@ def squad_condition_views(
     return views
 
 
+def _carried(kept: Calibration) -> str:
+    """What the packaged calibration's objective says of the values `calibrate` keeps from it."""
+    start = kept.objective.find("; rerank_weight:")
+    said = kept.objective[start:] if start >= 0 else ""
+    return f" (rerank_weight and flare_threshold kept from the packaged calibration, {kept.reranker_model}){said}"
+
+
 def calibrate(
     squad: Path,
     off_corpus: Path,
@@ -63,7 +70,12 @@ def calibrate(
     chunk_tokens: int = 128,
     chunk_overlap: int = 24,
 ) -> Calibration:
-    """Derive both thresholds and write them, with their provenance and figures, atomically to `out`."""
+    """Derive both thresholds and write them, with their provenance and figures, atomically to `out`.
+
+    `rerank_weight` and `flare_threshold` are not drawn here (one is chosen end to end on the evaluation sets, the
+    other is a property of the chat model): they and their objectives are kept from the packaged calibration.
+    """
+    kept = load_calibration(PACKAGED_CALIBRATION)
     docs, pool = question_pools(squad, off_corpus)
     chosen = [q for i, (kind, qs) in enumerate(pool.items()) for q in sample(qs, per_class, seed + i)]
     store = build_corpus_store(docs, chunk_tokens, chunk_overlap)
@@ -122,8 +134,10 @@ def calibrate(
         sample=CalibrationSample(
             questions=squad.name, classes=list(pool), off_corpus=off_corpus.name, per_class=per_class, seed=seed
         ),
+        rerank_weight=kept.rerank_weight,
+        flare_threshold=kept.flare_threshold,
         objective=f"{objective}; crag_upper: lowest score above which refinement moves the best evidence to "
-        f"another chunk for <= {tolerance:.0%} of questions; {factor_objective}",
+        f"another chunk for <= {tolerance:.0%} of questions; {factor_objective}{_carried(kept)}",
         created=dt.date.today().isoformat(),
         metrics=metrics,
     )

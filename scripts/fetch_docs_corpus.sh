@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Fetch a documentation corpus as Debian ships it:
 #
-#   bash scripts/fetch_docs_corpus.sh [--corpus git|postgresql] DIR
+#   bash scripts/fetch_docs_corpus.sh [--corpus git|postgresql|django] DIR
 #
 # git (the default): Git's HTML manual, package git-doc 1:2.39.5-0+deb12u3 (Debian 12 "bookworm", GPL-2): the
 # manual's top-level HTML pages (the command manual pages, the user manual, the tutorials, the glossary: 205 pages).
 # It is the second evaluation corpus: tests/data/docs_devset_git.jsonl names pages relative to DIR.
 # postgresql: PostgreSQL 15's HTML manual, package postgresql-doc-15 15.18-0+deb12u1 (PostgreSQL Licence; 1,167 pages).
-# It is never evaluated on: the grader's documentation pairs are made from it (`python -m lab.scripts.docs_pairs`).
+# django: Django 3.2's HTML documentation, package python-django-doc 3:3.2.25-0+deb12u3 (BSD-3-Clause): its reference,
+# topic guides, how-tos, FAQ, tutorials and glossary (233 pages; not the release notes nor the source listings).
+# Neither postgresql nor django is evaluated on: the packaged grader's documentation pairs are made from PostgreSQL's
+# (`python -m lab.scripts.docs_pairs`, lab/scripts/train_grader_v4.sh); Django's were tried too (docs/RESULTS.md).
 #
 # The package's SHA-256 is checked, and its copyright file is put into DIR with the pages. Run it again: nothing is
 # downloaded when DIR already holds this version. The corpus is not part of the repository.
@@ -21,7 +24,7 @@ die() { echo "fetch_docs_corpus: $*" >&2; exit 1; }
 
 CORPUS=git
 if [ "${1:-}" = "--corpus" ]; then
-    [ $# -ge 2 ] || die "--corpus needs git or postgresql"
+    [ $# -ge 2 ] || die "--corpus needs git, postgresql or django"
     CORPUS="$2"
     shift 2
 fi
@@ -34,6 +37,7 @@ git)
     SHA256=3c89668a11053a6bafade3de1f611f4613db31e082af63f43d8c5b69ad8795ec
     DOCS=usr/share/doc/git-doc
     COPYRIGHT=usr/share/doc/git-doc/copyright
+    PARTS=""  # the top-level pages
     ;;
 postgresql)
     PACKAGE=postgresql-doc-15
@@ -43,13 +47,24 @@ postgresql)
     SHA256=3c598277a463c44d672daa2c335deb8d8252e1852fb025fd4578ea2d9a1b90f0
     DOCS=usr/share/doc/postgresql-doc-15/html
     COPYRIGHT=usr/share/doc/postgresql-doc-15/copyright
+    PARTS=""
     ;;
-*) die "unknown corpus '$CORPUS' (git or postgresql)" ;;
+django)
+    PACKAGE=python-django-doc
+    VERSION="3:3.2.25-0+deb12u3"
+    FILE="python-django-doc_3.2.25-0+deb12u3_all.deb"
+    POOL="pool/main/p/python-django/$FILE"
+    SHA256=33319c8e45b95693603213442ccf9bcee933ef338488115203ad25a0e01c696f
+    DOCS=usr/share/doc/python-django-doc/html
+    COPYRIGHT=usr/share/doc/python-django-doc/copyright
+    PARTS="ref topics howto faq intro glossary.html"  # these folders' pages, with their paths
+    ;;
+*) die "unknown corpus '$CORPUS' (git, postgresql or django)" ;;
 esac
 MIRROR="${FASTRAG_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 MARKER=".fastcrag-corpus"
 
-[ $# -eq 1 ] || die "usage: bash scripts/fetch_docs_corpus.sh [--corpus git|postgresql] DIR (the folder to put it in)"
+[ $# -eq 1 ] || die "usage: bash scripts/fetch_docs_corpus.sh [--corpus git|postgresql|django] DIR (the folder to put it in)"
 DEST="$1"
 STAMP="$PACKAGE=$VERSION sha256=$SHA256"
 
@@ -98,7 +113,12 @@ fi
 # the new folder is filled beside DEST, then swapped in: an interrupted run leaves DEST as it was
 mkdir -p "$(dirname "$DEST")"
 NEW="$(mktemp -d "$(dirname "$DEST")/.fetch-docs-corpus.XXXXXX")"
-find "$WORK/root/$DOCS" -maxdepth 1 -type f -name '*.html' -exec cp -p {} "$NEW/" \;
+if [ -z "$PARTS" ]; then
+    find "$WORK/root/$DOCS" -maxdepth 1 -type f -name '*.html' -exec cp -p {} "$NEW/" \;
+else
+    # shellcheck disable=SC2086  # PARTS is a list of paths
+    (cd "$WORK/root/$DOCS" && find $PARTS -type f -name '*.html' -exec cp -p --parents {} "$NEW/" \;)
+fi
 cp -p "$WORK/root/$COPYRIGHT" "$NEW/copyright"
 echo "$STAMP" >"$NEW/$MARKER"
 chmod 755 "$NEW"
@@ -110,4 +130,4 @@ if [ -d "$DEST" ]; then
 else
     mv "$NEW" "$DEST"
 fi
-echo "fetch_docs_corpus: $(find "$DEST" -maxdepth 1 -name '*.html' | wc -l) pages of $PACKAGE $VERSION in $DEST"
+echo "fetch_docs_corpus: $(find "$DEST" -name '*.html' | wc -l) pages of $PACKAGE $VERSION in $DEST"

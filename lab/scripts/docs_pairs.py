@@ -54,6 +54,8 @@ _GENERIC = {
 }  # fmt: skip
 """Headings that name a part of a page, not a subject: their subject is the page's."""
 _NUMBERING = re.compile(r"^(?:[A-Z]|\d+)(?:\.\d+)*\.\s+")
+_SOURCE_LINK = re.compile(r"\s*(?:\[source\]|¶)\s*$")
+_DOTTED = re.compile(r"(\w)\. (\w)")
 _QUALIFIER = re.compile(r"\s*\([^()]*\)$")
 """A trailing parenthesis ("(optional)", "( boolean )"): a detail of the heading, not of its subject."""
 _OPENS_PAGE = {"description", "overview", "introduction", "summary"}
@@ -87,8 +89,13 @@ class Topic:
 
 
 def subject_of(heading: str) -> str:
-    """A heading as a subject: no section number ("9.4.1. format" -> "format"), no "(optional)"."""
-    return _QUALIFIER.sub("", _NUMBERING.sub("", heading.strip())).strip()
+    """A heading as a subject: no section number ("9.4.1. format" -> "format"), no "(optional)", no API signature.
+
+    An API entry's heading as Sphinx renders it ("HttpResponse. get ( header , alternate = None ) [source]") is
+    its name ("HttpResponse.get").
+    """
+    text = _SOURCE_LINK.sub("", _NUMBERING.sub("", heading.strip()))
+    return _QUALIFIER.sub("", _DOTTED.sub(r"\1.\2", text)).strip()
 
 
 def _generic(heading: str) -> bool:
