@@ -14,7 +14,7 @@ templates, and passages read as the graph reads them (the section's title on its
 | the section's lead (its first prose sentences, as the extractive generator's explain answer opens) | 1 |
 | the section's opening as a chunk holds it (the lead with what follows it, rows and code included) | 1 |
 | one of the section's later sentences: on topic, a side case or a detail, not what the subject is | `SIDE_LABEL` |
-| a table row or a code block of the section or its page | 0 |
+| a table row or a code block of the section | 0 |
 | the lead of another section whose subject shares a word with this one ("CREATE INDEX" for "CREATE TABLE") | 0 |
 | the lead of a section of another page, drawn at random | 0 |
 
