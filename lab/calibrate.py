@@ -73,7 +73,8 @@ def calibrate(
     """Derive both thresholds and write them, with their provenance and figures, atomically to `out`.
 
     `rerank_weight` and `flare_threshold` are not drawn here (one is chosen end to end on the evaluation sets, the
-    other is a property of the chat model): they and their objectives are kept from the packaged calibration.
+    other is a property of the chat model): they, their objectives and `flare_threshold`'s figures (its `flare_*`
+    metrics) are kept from the packaged calibration.
     """
     kept = load_calibration(PACKAGED_CALIBRATION)
     docs, pool = question_pools(squad, off_corpus)
@@ -139,7 +140,7 @@ def calibrate(
         objective=f"{objective}; crag_upper: lowest score above which refinement moves the best evidence to "
         f"another chunk for <= {tolerance:.0%} of questions; {factor_objective}{_carried(kept)}",
         created=dt.date.today().isoformat(),
-        metrics=metrics,
+        metrics={**metrics, **{k: v for k, v in kept.metrics.items() if k.startswith("flare_")}},
     )
     write_json_atomic(out, calibration.model_dump())
     return calibration

@@ -52,3 +52,5 @@ def test_calibrate_writes_a_valid_file(tmp_path: Path) -> None:
     packaged = load_calibration()  # what calibrate does not draw is kept, with what its objective says of it
     assert (cal.rerank_weight, cal.flare_threshold) == (packaged.rerank_weight, packaged.flare_threshold)
     assert cal.objective.count("rerank_weight:") == 1 and "flare_threshold" in cal.objective
+    flare_figures = {k: v for k, v in packaged.metrics.items() if k.startswith("flare_")}
+    assert flare_figures and all(cal.metrics[k] == v for k, v in flare_figures.items())
