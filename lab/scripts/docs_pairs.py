@@ -30,7 +30,7 @@ import json
 import random
 import re
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -224,9 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = make_pairs(topics, rng)
     digest = hashlib.sha1("".join(t.page + t.title for t in topics).encode("utf-8")).hexdigest()[:12]
     write_text_atomic(Path(args.out), "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-    kinds: dict[str, int] = defaultdict(int)
-    for r in rows:
-        kinds[str(r["kind"])] += 1
+    kinds = Counter(str(r["kind"]) for r in rows)
     print(f"{len(rows)} pairs from {len(topics)} sections of {len({t.page for t in topics})} pages ({digest})")
     print("  " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())))
     return 0

@@ -98,7 +98,7 @@ def test_questions_come_from_the_templates() -> None:
     assert any("CREATE TABLE" in dp.question_for(part, rng) for _ in range(20))
 
 
-def test_an_empty_corpus_is_a_clear_error(tmp_path: Path, capsys: object) -> None:
+def test_an_empty_corpus_is_a_clear_error(tmp_path: Path) -> None:
     assert dp.main([str(tmp_path), "--out", str(tmp_path / "p.jsonl")]) == 2
     assert dp.main([str(tmp_path / "missing"), "--out", str(tmp_path / "p.jsonl")]) == 2
     assert not (tmp_path / "p.jsonl").exists()
