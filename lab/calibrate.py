@@ -16,6 +16,7 @@ from fastcrag.datasets import LabelledQuestion, question_pools, sample
 from fastcrag.fileio import write_json_atomic
 from fastcrag.fitting.calibrate import (
     ConditionView,
+    Observation,
     RefineFloor,
     abstention_rates,
     build_corpus_store,
@@ -26,11 +27,16 @@ from fastcrag.fitting.calibrate import (
     condition_curve,
     observe,
 )
+from fastcrag.fitting.fit import PSEUDO_QUESTIONS
 from fastcrag.fitting.labels import holds_answer
+from fastcrag.fitting.measure import observe as observe_views
+from fastcrag.fitting.pseudo import SAMPLE_FACTOR, make_pseudo_questions, measure_shift, pseudo_first_pass
 from fastcrag.grading.bands import band_of
 from fastcrag.grading.conditions import named_conditions, with_conditions_changed
 from fastcrag.grading.reranker import CachingReranker, Reranker, checked_scores
 from fastcrag.measures import auc
+from fastcrag.retrieval.hybrid import HybridRetriever
+from fastcrag.retrieval.store import FaissStore
 
 
 def squad_condition_views(
@@ -47,6 +53,43 @@ def squad_condition_views(
             pairs += [("condition_changed", changed)] if changed else []
         views += [(kind, q.question, t, checked_scores(reranker, q.question, t)) for kind, t in pairs if t]
     return views
+
+
+def measure_pseudo_shift(
+    store: FaissStore,
+    reranker: Reranker,
+    questions: Sequence[LabelledQuestion],
+    obs: Sequence[Observation],
+    retrieved: Mapping[str, list[Any]],
+    top_k: int,
+    seed: int,
+) -> tuple[float, dict[str, Any]]:
+    """`pseudo_shift` and its figures: real answerable questions against cloze pseudo-questions of the same corpus.
+
+    Both sides are questions with their evidence retrieved (a chunk holding a gold answer, or the pseudo-question's
+    sentence); the pseudo-questions are made and first-passed as `fastcrag fit` makes them.
+    """
+    real = [
+        o.top_score
+        for q, o in zip(questions, obs, strict=True)
+        if q.kind == "answerable" and any(holds_answer(d.page_content, q.answers) for d in retrieved[q.question])
+    ]
+    made = make_pseudo_questions(store.sample_chunks(SAMPLE_FACTOR * PSEUDO_QUESTIONS), PSEUDO_QUESTIONS, seed)
+    items = [
+        i for i in pseudo_first_pass(HybridRetriever(store=store, k=top_k), made, top_k, True) if i.retrieved(top_k)
+    ]
+    pseudo = [
+        o.top_score
+        for o in observe_views(reranker, items, top_k, False, True, "pseudo-questions")
+        if o.kind == "answerable"
+    ]
+    shift = measure_shift(real, pseudo)
+    return shift, {
+        "answerable": len(real),
+        "pseudo_questions": len(pseudo),
+        "median_top_score_answerable": round(float(np.median(real)), 4),
+        "median_top_score_pseudo": round(float(np.median(pseudo)), 4),
+    }
 
 
 def _carried(kept: Calibration) -> str:
@@ -91,6 +134,7 @@ def calibrate(
     views = squad_condition_views(retrieved, reranker, [*chosen, *naming])
     factors = condition_curve(views)
     factor, factor_objective = choose_condition_factor(factors, views, 1.0)
+    shift, shift_metrics = measure_pseudo_shift(store, reranker, chosen, obs, retrieved, top_k, seed)
     threshold, objective = choose_threshold(obs, target_precision)
     upper = choose_upper(obs, threshold, tolerance, min_support=max(10, len(obs) // 20))
     reader_threshold, reader_objective = choose_reader_threshold(obs, threshold, target_precision)
@@ -112,6 +156,7 @@ def calibrate(
         "band_mix": bands,
         "median_top_score": {k: round(float(np.median(v)), 4) for k, v in by_kind.items() if v},
         "auc_by_condition_factor": {f"{f:g}": v for f, v in factors.items()},
+        "pseudo_shift": shift_metrics,
     }
     for key, group in (
         ("passing", passing),
@@ -130,6 +175,7 @@ def calibrate(
         reader_threshold=None if reader_threshold is None else round(reader_threshold, 6),
         refine_reader_threshold=None if refine_floor is None else round(refine_floor, 6),
         condition_factor=factor,
+        pseudo_shift=shift,
         data=f"{squad.name} (corpus: its {len(docs)} paragraphs; answerable, unanswerable); "
         f"off-corpus: {off_corpus.name} articles not in the corpus; {per_class} questions per class, seed {seed}",
         sample=CalibrationSample(
@@ -138,7 +184,9 @@ def calibrate(
         rerank_weight=kept.rerank_weight,
         flare_threshold=kept.flare_threshold,
         objective=f"{objective}; crag_upper: lowest score above which refinement moves the best evidence to "
-        f"another chunk for <= {tolerance:.0%} of questions; {factor_objective}{_carried(kept)}",
+        f"another chunk for <= {tolerance:.0%} of questions; {factor_objective}; pseudo_shift: the median logit of "
+        f"the answerable questions' top grade (evidence retrieved) minus that of {PSEUDO_QUESTIONS} cloze "
+        f"pseudo-questions made from the same corpus as `fastcrag fit` makes them{_carried(kept)}",
         created=dt.date.today().isoformat(),
         metrics={**metrics, **{k: v for k, v in kept.metrics.items() if k.startswith("flare_")}},
     )

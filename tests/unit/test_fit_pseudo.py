@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from fastcrag import components
+from fastcrag.config.calibration import Calibration
 from fastcrag.fitting import fit as fitmod
 from fastcrag.fitting.calibrate import Observation
 from fastcrag.fitting.draw import blend, draw_alone, shrink, utility
@@ -22,7 +23,9 @@ from fastcrag.fitting.pseudo import (
     cloze,
     cut_sentence,
     make_pseudo_questions,
+    measure_shift,
     pseudo_first_pass,
+    shift_scores,
     twin_pairs,
 )
 from fastcrag.fitting.questions import FitError
@@ -192,6 +195,32 @@ def test_a_label_free_fit_draws_thresholds_between_the_evidence_and_its_twin(tmp
     assert max(twins) < cal.reranker_threshold <= min(answerable)
     assert set(cal.metrics["intervals"]) == {"reranker_threshold", "crag_upper", "reader_threshold"}
     assert "label-free" in (out / "report.md").read_text(encoding="utf-8")
+
+
+def test_the_shift_is_the_gap_between_median_logits_and_never_raises_a_grade() -> None:
+    real, pseudo = [0.5, 0.731059, 0.9], [0.731059, 0.880797, 0.99]  # median logits 1 and 2
+    assert measure_shift(real, pseudo) == pytest.approx(-1.0, abs=1e-4)
+    assert measure_shift(pseudo, real) == 0.0  # pseudo-questions graded lower than real ones: no shift
+    with pytest.raises(ValueError, match="needs real and pseudo"):
+        measure_shift([], pseudo)
+    obs = [Observation("answerable", 0.880797, "a", "a"), Observation("gold_removed", 0.0, "b", "b")]
+    moved = shift_scores(obs, -1.0)
+    assert moved[0].top_score == pytest.approx(0.731059, abs=1e-5) and moved[1].top_score < 1e-6
+    assert [o.kind for o in moved] == ["answerable", "gold_removed"] and shift_scores(obs, 0.0) == obs
+
+
+def test_a_label_free_fit_lowers_the_pseudo_grades_by_the_packaged_shift(
+    tmp_path: Path, prose_index: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plain = fit(FitOptions(None, tmp_path / "a", index=prose_index, pseudo=40, progress=False), log=print)
+    assert "no pseudo_shift for this grader" in plain.calibration.objective
+    packaged = Calibration(reranker_model="token-grader", reranker_threshold=0.5, crag_upper=0.6, pseudo_shift=-1.0)
+    monkeypatch.setattr(fitmod, "_packaged_calibration", lambda name: packaged)
+    shifted = fit(FitOptions(None, tmp_path / "b", index=prose_index, pseudo=40, progress=False), log=print)
+    assert "lowered by 1 logits" in shifted.calibration.objective
+    before, after = plain.calibration.reranker_threshold, shifted.calibration.reranker_threshold
+    expected = shift_scores([Observation("answerable", before, "", "")], -1.0)[0].top_score
+    assert after == pytest.approx(expected, abs=1e-5) and after < before
 
 
 def test_a_label_free_fit_refuses_what_it_cannot_do(tmp_path: Path, prose_index: Path) -> None:

@@ -92,6 +92,14 @@ class Calibration(BaseModel):
         description="FLARE mode: a sentence with a token whose probability (under the chat model) is below this is "
         "uncertain and becomes a query (None: the packaged calibration's; `packaged_flare_threshold`).",
     )
+    pseudo_shift: float | None = Field(
+        None,
+        le=0.0,
+        description="How much lower, in logits, a real question's evidence grades than a pseudo-question's (the "
+        "packaged calibration measures it: the median answerable question against the median cloze question of the "
+        "same corpus). A label-free fit lowers its pseudo-questions' grades by it before drawing thresholds (None: "
+        "not measured; no shift).",
+    )
     data: str = ""
     sample: CalibrationSample | None = Field(
         None, description="The questions the thresholds were drawn on (None: not recorded)."

@@ -44,6 +44,7 @@ from fastcrag.fitting.pseudo import (
     SAMPLE_FACTOR,
     make_pseudo_questions,
     pseudo_first_pass,
+    shift_scores,
     twin_pairs,
 )
 from fastcrag.fitting.questions import (
@@ -60,9 +61,19 @@ from fastcrag.retrieval.store import IndexLoadError
 
 PSEUDO_QUESTIONS = 200
 """Pseudo-questions a fit makes from the index (the label-free thresholds, and the prior of a labelled fit)."""
-LABEL_FREE = "thresholds drawn on the pseudo-questions alone (label-free)"
 MIN_PSEUDO = 20
 """A label-free fit needs at least this many pseudo-questions with their sentence retrieved."""
+
+
+def _label_free(shift: float) -> str:
+    """What a label-free draw says of itself in the objective."""
+    how = (
+        f"their grades lowered by {-shift:g} logits first (the packaged calibration's pseudo_shift: cloze questions "
+        "grade their evidence higher than real questions do)"
+        if shift
+        else "their grades as measured (no pseudo_shift for this grader)"
+    )
+    return f"thresholds drawn on the pseudo-questions alone (label-free), {how}"
 
 
 @dataclass
@@ -289,8 +300,11 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
         def rule(obs: Sequence[Observation]) -> tuple[Thresholds, str]:
             return calibrate_on(obs, opts.precision, opts.min_recall)
 
-        pseudo_obs = observe(base_cached, pseudo, top_k, True, opts.progress, "pseudo-questions, base", factor)
-        label_free = draw_alone(pseudo_obs, rule, opts.seed, LABEL_FREE) if pseudo_obs else None
+        shift = (packaged.pseudo_shift or 0.0) if packaged is not None else 0.0
+        pseudo_obs = shift_scores(
+            observe(base_cached, pseudo, top_k, True, opts.progress, "pseudo-questions, base", factor), shift
+        )
+        label_free = draw_alone(pseudo_obs, rule, opts.seed, _label_free(shift)) if pseudo_obs else None
         base_obs = observe(base_cached, held, top_k, True, opts.progress, "labelled, base", factor) if held else []
         measured_on = base_obs or pseudo_obs  # the figures are measured on the labels when there are any
         figures = {"base": figures_of(base.name, measured_on, rule(measured_on)[0] if items else None)}
@@ -339,8 +353,10 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
                 grader_dir = tmp / "grader"
                 shutil.copytree(export, grader_dir)
                 if pseudo:  # the label-free prior, in the fitted grader's scores
-                    pseudo_obs = observe(fitted_cached, pseudo, top_k, True, opts.progress, "pseudo, fitted", factor)
-                    label_free = draw_alone(pseudo_obs, rule, opts.seed, LABEL_FREE)
+                    pseudo_obs = shift_scores(
+                        observe(fitted_cached, pseudo, top_k, True, opts.progress, "pseudo, fitted", factor), shift
+                    )
+                    label_free = draw_alone(pseudo_obs, rule, opts.seed, _label_free(shift))
             else:
                 shutil.copytree(export, tmp / "rejected-grader")
                 # the base never saw the fit part either: every question calibrates it

@@ -8,19 +8,26 @@ the rest of each chunk left in place: on topic, the answer gone, as a real near 
   Y": "What is X?"), a name, a year or a number, drawn at random among those the sentence holds.
 - `ict` (inverse cloze): the sentence itself is the query, and the evidence is its chunk without it.
 
-`fastcrag fit` draws the thresholds from them by the same rules as from labelled questions.
+`fastcrag fit` draws the thresholds from them by the same rules as from labelled questions, once their grades are
+brought down to a real question's: a cloze question shares most of its sentence's words, so its evidence grades
+higher than a real question's evidence does. The packaged calibration measures that gap (`measure_shift`) on its own
+corpus, where both kinds of question exist, and a label-free fit lowers the pseudo-questions' grades by it
+(`shift_scores`) before drawing.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import re
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+import numpy as np
 from tqdm import tqdm
 
+from fastcrag.fitting.calibrate import Observation
 from fastcrag.fitting.labels import EXTRA_DEPTH, Candidate, Labelled
 from fastcrag.fitting.questions import FitQuestion
 from fastcrag.retrieval.hybrid import HybridRetriever, chunk_key
@@ -181,3 +188,34 @@ def twin_pairs(items: Sequence[Labelled], top_k: int) -> list[tuple[str, str, fl
         answer = item.question.answers[0] if item.question.answers[0] in evidence.text else ""
         pairs += [(item.question.question, evidence.text, 1.0, answer), (item.question.question, twin.text, 0.0, "")]
     return pairs
+
+
+_EDGE = 1e-6
+"""Grades are clipped this far from 0 and 1 before taking logits (a conditioned-out chunk grades 0)."""
+
+
+def _logit(p: float) -> float:
+    p = min(max(p, _EDGE), 1 - _EDGE)
+    return math.log(p / (1 - p))
+
+
+def measure_shift(real: Sequence[float], pseudo: Sequence[float]) -> float:
+    """How much lower, in logits, real questions' evidence grades than pseudo-questions': the gap between the medians.
+
+    `real` and `pseudo` are the top grades of answerable questions with their evidence retrieved, over one corpus.
+    Never above 0: a pseudo-question is never taken to be harder than a real one.
+
+    Raises:
+        ValueError: either side is empty.
+    """
+    if not real or not pseudo:
+        raise ValueError("measuring the pseudo-question shift needs real and pseudo-question grades")
+    gap = float(np.median([_logit(p) for p in real]) - np.median([_logit(p) for p in pseudo]))
+    return min(0.0, round(gap, 4))
+
+
+def shift_scores(obs: Sequence[Observation], shift: float) -> list[Observation]:
+    """`obs` with every top grade moved by `shift` logits (the order of the grades, and so AUCs, unchanged)."""
+    if not shift:
+        return list(obs)
+    return [replace(o, top_score=1 / (1 + math.exp(-(_logit(o.top_score) + shift)))) for o in obs]
