@@ -223,6 +223,25 @@ def test_a_label_free_fit_lowers_the_pseudo_grades_by_the_packaged_shift(
     assert after == pytest.approx(expected, abs=1e-5) and after < before
 
 
+def test_a_label_free_draw_keeps_the_packaged_reader_floor_for_a_grader_that_reads() -> None:
+    obs = [
+        Observation(kind, score, "c", "c", span, f"q{i}")
+        for i in range(30)
+        for kind, score, span in (("answerable", 0.9 + i / 1000, 0.99), ("gold_removed", 0.2 + i / 100, 0.01))
+    ]
+    packaged = Calibration(reranker_model="r", reranker_threshold=0.4, crag_upper=0.8, reader_threshold=0.97)
+
+    def rule(o: Sequence[Observation]) -> tuple[Thresholds, str]:
+        return calibrate_on(o, 0.9, 0.5)
+
+    drawn = fitmod._draw_label_free(obs, rule, 1, -0.9, packaged)
+    assert drawn.thresholds.reader == 0.97 and drawn.intervals["reader_threshold"] == (0.97, 0.97)
+    assert all(d.reader == 0.97 for d in drawn.draws) and "reader_threshold: the packaged one" in drawn.objective
+    assert drawn.thresholds[:2] == rule(obs)[0][:2] and "lowered by 0.9 logits" in drawn.objective
+    unread = [Observation(o.kind, o.top_score, "c", "c", None, o.question) for o in obs]
+    assert fitmod._draw_label_free(unread, rule, 1, 0.0, packaged).thresholds.reader is None
+
+
 def test_a_label_free_fit_refuses_what_it_cannot_do(tmp_path: Path, prose_index: Path) -> None:
     with pytest.raises(FitError, match="--train needs labelled questions"):
         fit(FitOptions(None, tmp_path / "o", index=prose_index, train=True), log=print)

@@ -121,6 +121,14 @@ def draw_alone(obs: Sequence[Observation], draw: Draw, seed: int, what: str) -> 
     return Drawn(thresholds, f"{rule}; {what}", percentile_intervals(draws), draws=draws)
 
 
+def with_reader(drawn: Drawn, reader: float, why: str) -> Drawn:
+    """`drawn` with its reader floor set to `reader`, in every bootstrap draw too; the objective adds `why`."""
+    draws = [d._replace(reader=reader) for d in drawn.draws]
+    return Drawn(
+        drawn.thresholds._replace(reader=reader), f"{drawn.objective}; {why}", percentile_intervals(draws), draws=draws
+    )
+
+
 def _fold_of(question: str, groups: dict[str, str], folds: int, seed: int) -> int:
     key = groups.get(question, question)
     return int(hashlib.sha1(f"{seed}:{key}".encode()).hexdigest(), 16) % folds

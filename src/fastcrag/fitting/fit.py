@@ -20,7 +20,7 @@ from fastcrag.config.calibration import FIT_DIR, Calibration, CalibrationSample,
 from fastcrag.config.settings import Settings, is_postgres_url
 from fastcrag.fileio import write_json_atomic, write_text_atomic
 from fastcrag.fitting.calibrate import Observation, choose_condition_factor, condition_curve
-from fastcrag.fitting.draw import draw_alone, shrink
+from fastcrag.fitting.draw import Draw, Drawn, draw_alone, shrink, with_reader
 from fastcrag.fitting.generate import generate_questions, judge, write_questions_jsonl
 from fastcrag.fitting.labels import Labelled, first_pass, training_pairs
 from fastcrag.fitting.measure import (
@@ -65,15 +65,31 @@ MIN_PSEUDO = 20
 """A label-free fit needs at least this many pseudo-questions with their sentence retrieved."""
 
 
-def _label_free(shift: float) -> str:
-    """What a label-free draw says of itself in the objective."""
+def _draw_label_free(
+    obs: Sequence[Observation], rule: Draw, seed: int, shift: float, packaged: Calibration | None
+) -> Drawn:
+    """The thresholds drawn on pseudo-questions (`obs`, their grades already moved by `shift`).
+
+    A grader that reads keeps the packaged `reader_threshold`: a pseudo-question's answer span stands in its own
+    words, so the reader finds it far more surely than a real question's, and a floor drawn on those spans declines
+    nothing (docs/RESULTS.md, "Fit without labels").
+    """
     how = (
         f"their grades lowered by {-shift:g} logits first (the packaged calibration's pseudo_shift: cloze questions "
         "grade their evidence higher than real questions do)"
         if shift
         else "their grades as measured (no pseudo_shift for this grader)"
     )
-    return f"thresholds drawn on the pseudo-questions alone (label-free), {how}"
+    drawn = draw_alone(obs, rule, seed, f"thresholds drawn on the pseudo-questions alone (label-free), {how}")
+    floor = packaged.reader_threshold if packaged is not None else None
+    if floor is None or not any(o.span_score is not None for o in obs):
+        return drawn
+    return with_reader(
+        drawn,
+        floor,
+        "reader_threshold: the packaged one (a pseudo-question's answer span stands in its own words: a floor drawn "
+        "on those spans says nothing of a real question's)",
+    )
 
 
 @dataclass
@@ -304,7 +320,7 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
         pseudo_obs = shift_scores(
             observe(base_cached, pseudo, top_k, True, opts.progress, "pseudo-questions, base", factor), shift
         )
-        label_free = draw_alone(pseudo_obs, rule, opts.seed, _label_free(shift)) if pseudo_obs else None
+        label_free = _draw_label_free(pseudo_obs, rule, opts.seed, shift, packaged) if pseudo_obs else None
         base_obs = observe(base_cached, held, top_k, True, opts.progress, "labelled, base", factor) if held else []
         measured_on = base_obs or pseudo_obs  # the figures are measured on the labels when there are any
         figures = {"base": figures_of(base.name, measured_on, rule(measured_on)[0] if items else None)}
@@ -356,7 +372,7 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
                     pseudo_obs = shift_scores(
                         observe(fitted_cached, pseudo, top_k, True, opts.progress, "pseudo, fitted", factor), shift
                     )
-                    label_free = draw_alone(pseudo_obs, rule, opts.seed, _label_free(shift))
+                    label_free = _draw_label_free(pseudo_obs, rule, opts.seed, shift, packaged)
             else:
                 shutil.copytree(export, tmp / "rejected-grader")
                 # the base never saw the fit part either: every question calibrates it
