@@ -21,6 +21,10 @@ from fastcrag.fitting.measure import Thresholds
 WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)
 """The labels' share tried in the blend with the prior (0: the prior alone; 1: the labels alone)."""
 FOLDS = 5
+CONFIDENCE = 0.9
+"""Labels move the thresholds off the prior only when their weight beats the prior alone in this share of resamples
+of the held-out folds' questions (as a fine-tuned grader must beat the base: `fastcrag.fitting.measure`)."""
+ROUNDS = 1000
 INTERVAL_ROUNDS = 200
 INTERVAL = (5.0, 95.0)
 """The percentiles of a threshold's bootstrap interval."""
@@ -129,6 +133,16 @@ def with_reader(drawn: Drawn, reader: float, why: str) -> Drawn:
     )
 
 
+def _ahead(a: Sequence[float], b: Sequence[float], seed: int) -> float:
+    """The share of `ROUNDS` bootstrap resamples of the questions in which `a`'s total beats `b`'s (paired)."""
+    diff = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+    if not len(diff):
+        return 0.0
+    rng = np.random.default_rng(seed)
+    totals = diff[rng.integers(0, len(diff), (ROUNDS, len(diff)))].sum(axis=1)
+    return float((totals > 0).mean())
+
+
 def _fold_of(question: str, groups: dict[str, str], folds: int, seed: int) -> int:
     key = groups.get(question, question)
     return int(hashlib.sha1(f"{seed}:{key}".encode()).hexdigest(), 16) % folds
@@ -145,12 +159,14 @@ def shrink(
 ) -> Drawn:
     """The labelled draw blended with `prior`, the labels' weight chosen by `FOLDS`-fold cross-validation.
 
-    Folds hold whole groups (a source document's questions). Ties go to the smaller weight: labels must show that
-    they do better than the prior on questions they were not drawn on. `prior_draws` are the prior's bootstrap draws
-    (empty for a fixed prior), blended with the labelled draw's own for the intervals.
+    Folds hold whole groups (a source document's questions). Labels must show that they do better than the prior on
+    questions they were not drawn on, beyond chance: the weight with the best held-out truthfulness is taken only
+    when it beats the prior alone (weight 0) in at least `CONFIDENCE` of `ROUNDS` bootstrap resamples of the held-out
+    questions; else the prior stands. `prior_draws` are the prior's bootstrap draws (empty for a fixed prior),
+    blended with the labelled draw's own for the intervals.
     """
     folds = min(FOLDS, len({groups.get(q, q) for q in _questions(labelled)}))
-    totals = dict.fromkeys(WEIGHTS, 0.0)
+    scores: dict[float, list[float]] = {w: [] for w in WEIGHTS}  # per held-out question, its views' utility summed
     judged = 0
     for k in range(folds):
         test = [o for o in labelled if _fold_of(o.question, groups, folds, seed) == k]
@@ -160,9 +176,18 @@ def shrink(
         drawn = draw(train)[0]
         judged += len(test)
         for w in WEIGHTS:
-            totals[w] += utility(test, blend(drawn, prior, w)) * len(test)
-    cv = {f"{w:g}": round(v / judged, 4) for w, v in totals.items()} if judged else {}
-    weight = max(WEIGHTS, key=lambda w: (round(totals[w], 9), -w)) if judged else 1.0
+            t = blend(drawn, prior, w)
+            scores[w] += [utility(views, t) * len(views) for views in _questions(test).values()]
+    cv = {f"{w:g}": round(sum(v) / judged, 4) for w, v in scores.items()} if judged else {}
+    best = max(WEIGHTS, key=lambda w: (round(sum(scores[w]), 9), -w)) if judged else 1.0
+    ahead = _ahead(scores[best], scores[0.0], seed) if judged and best else None
+    weight = best if ahead is None or ahead >= CONFIDENCE else 0.0
+    why = (
+        f"; the best weight ({best:g}) beat the prior alone in {ahead:.0%} of {ROUNDS} resamples of the held-out "
+        f"questions ({CONFIDENCE:.0%} needed)"
+        if ahead is not None
+        else ""
+    )
     own, rule = draw(labelled)
     own_draws = intervals(labelled, draw, seed)
     prior_draws = list(prior_draws) or [prior]
@@ -171,7 +196,7 @@ def shrink(
         blend(own, prior, weight),
         f"{rule}; the labelled draw blended with {prior_name} at the labels' weight {weight:g}, chosen by {folds}-fold "
         f"cross-validation over the labels (folds by source) among {', '.join(f'{w:g}' for w in WEIGHTS)}: mean "
-        f"truthfulness on the held-out folds (an answer right when its best-graded passage is evidence) {cv}",
+        f"truthfulness on the held-out folds (an answer right when its best-graded passage is evidence) {cv}{why}",
         percentile_intervals(blended),
         cv,
         weight,
