@@ -3,7 +3,8 @@
 With a few dozen labels, thresholds drawn on one split swing with the split. So the labelled draw is pulled toward a
 prior (the label-free draw on pseudo-questions, or the packaged thresholds) by a weight chosen by cross-validation
 over the labels: each fold's thresholds are drawn on the other folds, blended with the prior, and judged on the fold
-by the truthfulness they would give, an answer counted right when its best-graded passage is evidence. Each threshold
+by the truthfulness they would give, an answer counted right when its best-graded passage is evidence; the labels
+move the thresholds only when that gain over the prior holds in 90% of bootstrap resamples. Each threshold
 comes with its bootstrap interval (questions resampled with their views, the draw redone).
 """
 
