@@ -266,3 +266,24 @@ def test_a_lead_is_the_sections_first_prose_wherever_it_stands_and_never_a_list_
     answer = ExtractiveGenerator(grader, chunks=store).generate("What does frob do?", passages)  # type: ignore[arg-type]
     assert answer.text == "The frob statement turns widgets into gadgets. Gadgets are shiny."
     assert [r["chunk_id"] for r in answer.read] == ["frob-1"] and answer.used == [1, 0]
+
+
+def test_a_question_about_a_pages_subject_is_answered_by_the_pages_opening() -> None:
+    opening = (
+        "frob-0",
+        "frob(1) Manual Page \u203a NAME\n\nfrob - Turn widgets into gadgets\n\n"
+        "frob(1) Manual Page \u203a DESCRIPTION\n\nFrob turns each widget it is given into a gadget. It keeps a log.",
+    )
+    example = "frob(1) Manual Page \u203a EXAMPLES \u203a frob -n 3\n\nFrob three widgets at once and print nothing."
+    grader = ScriptedReranker({"three widgets": 0.9, "each widget": 0.5, "Turn widgets": 0.4})
+    passages = [{"chunk_id": "frob-3", "text": example, "source": "frob.1.html", "score": 0.9}]
+    gen = ExtractiveGenerator(grader, chunks=_store(opening))  # type: ignore[arg-type]
+    answer = gen.generate("What does frob do to a widget?", passages)
+    # the one-line summary (given a full stop) and the description's first sentence, not the example that ranked best
+    assert answer.text == "frob - Turn widgets into gadgets. Frob turns each widget it is given into a gadget."
+    assert [r["chunk_id"] for r in answer.read] == ["frob-0"] and answer.used == [1]
+    # asked about more than the opening says: the example's own section answers
+    answer = gen.generate("How do I frob three widgets without printing?", passages)
+    assert answer.text == "Frob three widgets at once and print nothing." and answer.read == ()
+    # a question that does not name the page's subject, or a page without sub-sections: no page lead
+    assert gen.generate("What does the -n option print?", passages).read == ()

@@ -17,9 +17,10 @@ from pydantic import BaseModel, Field
 from fastcrag.generation import prompts
 from fastcrag.grading.reader import Span, is_reader
 from fastcrag.grading.reranker import Reranker, checked_scores
-from fastcrag.retrieval.sections import FetchChunks, Part, part_holding, parts, section_before
+from fastcrag.retrieval.lexical import terms
+from fastcrag.retrieval.sections import FetchChunks, Part, chunk_number, part_holding, parts, section_before
 from fastcrag.retrieval.structure import prose, without_label
-from fastcrag.retrieval.text import sectioned, split_sentences, split_title, titled
+from fastcrag.retrieval.text import TITLE_JOINER, sectioned, split_sentences, split_title, titled
 
 log = logging.getLogger(__name__)
 
@@ -267,7 +268,7 @@ class ExtractiveGenerator:
         """
         anchor = _anchor(passages)
         best = max((t for t in strips if t[2] in anchor), key=lambda t: t[0], default=max(strips, key=lambda t: t[0]))
-        led = self._section_lead(passages, best)
+        led = self._page_lead(question, passages, best) or self._section_lead(passages, best)
         if led is not None:
             lead, used, section, read = led
             if read:  # chunks the passages do not hold: cited, with the lead graded under its title
@@ -305,13 +306,7 @@ class ExtractiveGenerator:
         j-th chunk the passages do not hold), the section (its title, its sentences in those chunks) and those
         chunks.
         """
-        passage = passages[best[2]]
-        chunk = str(passage.get("chunk_id") or "")
-        text = str(passage.get("text") or "")
-        if passage.get("strip"):
-            fetched = self._fetch([chunk]) if chunk else []
-            text = fetched[0].page_content if fetched else ""
-        held = part_holding(text, best[1])
+        chunk, held = self._held(passages, best)
         if held is None:
             return None
         before = section_before(self._fetch, chunk, held.title) if not held.opens else []
@@ -326,20 +321,67 @@ class ExtractiveGenerator:
         lead = _lead(list(ordered))
         if not lead:
             return None
-        known = {str(p.get("chunk_id")): i for i, p in enumerate(passages)}
-        used: list[int] = []
-        read: list[dict[str, Any]] = []
-        for _, sentence in lead:
-            where = ordered[sentence]
-            if isinstance(where, Document):
-                chunk_id = str(where.id or where.metadata.get("chunk_id"))
-                if chunk_id not in known:
-                    known[chunk_id] = len(passages) + len(read)
-                    read.append({"chunk_id": chunk_id, "source": str(where.metadata.get("source", ""))})
-                where = known[chunk_id]
-            if where not in used:
-                used.append(where)
-        return " ".join(t for t, _ in lead), used, Part(held.title, tuple(ordered), True), read
+        used, read = _cited(lead, ordered, passages)
+        return _joined(lead), used, Part(held.title, tuple(ordered), True), read
+
+    def _page_lead(
+        self, question: str, passages: Sequence[Mapping[str, Any]], best: tuple[float, str, int, int]
+    ) -> tuple[str, list[int], Part, list[dict[str, Any]]] | None:
+        """The page's lead, where the question names the page's subject and the best sentence is in a sub-section.
+
+        A sub-section is an option, an example, a special case. None when the question does not name what the page
+        is about or asks of it what the lead does not speak of, or the best sentence stands in the section that
+        opens the page.
+
+        "What does git revert do?" is answered by the page git-revert's opening (its one-line summary and its
+        description), not by the example or option that ranked best. The page's lead is its first `LEAD_SENTENCES`
+        prose sentences over its first `PAGE_START` chunks, fetched by id; the section returned holds the
+        sentences of the sections the lead stands in (where support is drawn from).
+        """
+        chunk, held = self._held(passages, best)
+        if held is None or TITLE_JOINER not in held.title or chunk_number(chunk) is None:
+            return None
+        subject, asked = _page_subject(held.title), set(terms(question))
+        if not subject or not subject <= asked:
+            return None
+        prefix = chunk.rpartition("-")[0]
+        docs = sorted(
+            self._fetch([f"{prefix}-{n}" for n in range(PAGE_START)]),
+            key=lambda d: chunk_number(str(d.id or d.metadata.get("chunk_id"))) or 0,
+        )
+        ordered: dict[str, int | Document] = {}
+        section_of: dict[str, str] = {}
+        for doc in docs:
+            for part in parts(doc.page_content):
+                for sentence in part.sentences:
+                    if sentence not in ordered:
+                        ordered[sentence], section_of[sentence] = doc, part.title
+        lead = _lead(list(ordered))
+        if not lead or section_of[lead[0][1]] == held.title:
+            return None  # the best sentence's own section opens the page: its lead is the section's
+        if not asked - subject <= set(terms(_joined(lead))):
+            return None  # the question asks about more than the page's lead says (one clause of a statement)
+        sections = {section_of[sentence] for _, sentence in lead}
+        used, read = _cited(lead, ordered, passages)
+        title = section_of[lead[-1][1]]
+        return (
+            _joined(lead),
+            used,
+            Part(title, tuple(s for s in ordered if section_of[s] in sections), True),
+            read,
+        )
+
+    def _held(
+        self, passages: Sequence[Mapping[str, Any]], best: tuple[float, str, int, int]
+    ) -> tuple[str, Part | None]:
+        """The best sentence's chunk id, and the section part of that chunk it stands in (None: no section)."""
+        passage = passages[best[2]]
+        chunk = str(passage.get("chunk_id") or "")
+        text = str(passage.get("text") or "")
+        if passage.get("strip"):
+            fetched = self._fetch([chunk]) if chunk else []
+            text = fetched[0].page_content if fetched else ""
+        return chunk, part_holding(text, best[1])
 
     def _fetch(self, ids: Sequence[str]) -> Sequence[Document]:
         """Chunks by id from the store; none without one, or when it fails (the answer reads the passages alone)."""
@@ -471,6 +513,10 @@ def span_sentence(span: Span, passage: str) -> tuple[str, str | None]:
 
 LEAD_MIN_WORDS = 3
 """A sentence shorter than this (a list number, "See step 7 below") does not lead an answer."""
+PAGE_START = 2
+"""How many chunks from a page's start are read for the page's lead (`_page_lead`)."""
+_QUALIFIER = re.compile(r"\(|:| [-\u2013\u2014] ")
+"""Where a page's heading turns from what it is about to a qualifier: a manual section, a subtitle."""
 LEAD_SENTENCES = 2
 """A section's lead: its first prose sentences, this many (what the section's subject is, and what it does)."""
 _LEAD_IN = re.compile(r"^(\S+\s+){0,3}\S+:$")
@@ -526,6 +572,44 @@ def first_prose(passages: Sequence[Mapping[str, Any]], order: Sequence[int]) -> 
             if text is not None and len(text.split()) >= LEAD_MIN_WORDS:
                 return text, i, k
     return None
+
+
+def _cited(
+    lead: Sequence[tuple[str, str]], ordered: Mapping[str, int | Document], passages: Sequence[Mapping[str, Any]]
+) -> tuple[list[int], list[dict[str, Any]]]:
+    """Where a lead's sentences stand, and the chunks read to find them that the passages do not hold (to cite).
+
+    A sentence stands in a passage (its index), or in the j-th chunk read by id (`len(passages) + j`).
+    """
+    known = {str(p.get("chunk_id")): i for i, p in enumerate(passages)}
+    used: list[int] = []
+    read: list[dict[str, Any]] = []
+    for _, sentence in lead:
+        where = ordered[sentence]
+        if isinstance(where, Document):
+            chunk_id = str(where.id or where.metadata.get("chunk_id"))
+            if chunk_id not in known:
+                known[chunk_id] = len(passages) + len(read)
+                read.append({"chunk_id": chunk_id, "source": str(where.metadata.get("source", ""))})
+            where = known[chunk_id]
+        if where not in used:
+            used.append(where)
+    return used, read
+
+
+def _joined(lead: Sequence[tuple[str, str]]) -> str:
+    """A lead's sentences as one text: a line that ends unpunctuated (a manual page's summary) gets a full stop."""
+    texts = [t for t, _ in lead]
+    return " ".join(t if k == len(texts) - 1 or t[-1] in ".!?:;" else f"{t}." for k, t in enumerate(texts))
+
+
+def _page_subject(title: str) -> set[str]:
+    """The terms of what a page is about: its top heading, up to a qualifier.
+
+    "git-revert(1) Manual Page" gives git, revert; "Sequence Types — list, tuple, range" gives sequence, type.
+    """
+    page = _QUALIFIER.split(title.split(TITLE_JOINER)[0], maxsplit=1)[0]
+    return set(terms(page))
 
 
 def _chunk_number(passage: Mapping[str, Any]) -> int:
