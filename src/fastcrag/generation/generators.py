@@ -189,7 +189,8 @@ class ExtractiveGenerator:
 
     Over documentation (a titled chunk, or a strip of one) every question not asking for one fact is answered so.
     An explain answer from a documentation section opens with the section's lead (`LEAD_SENTENCES`, read back
-    through `chunks` to where the section opened, and cited), then that section's best sentences.
+    through `chunks` to where the section opened, and cited), then that section's best sentences; a question
+    about what a page is about, asked from one of its sub-sections, gets the page's opening instead (`_page_lead`).
 
     A documentation fragment (a note or version line, a keyword list, a table row, a grammar production, a title
     run into a grammar block) never opens an answer: where it would, an explain answer opens with its section's
