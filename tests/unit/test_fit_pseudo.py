@@ -201,7 +201,8 @@ def test_a_label_free_fit_draws_thresholds_between_the_evidence_and_its_twin(tmp
     assert min(answerable) > max(twins)  # the twin has the sentence cut: it no longer holds the question's words
     assert max(twins) < cal.reranker_threshold <= min(answerable)
     assert set(cal.metrics["intervals"]) == {"reranker_threshold", "crag_upper", "reader_threshold"}
-    assert "label-free" in (out / "report.md").read_text(encoding="utf-8")
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert "label-free" in report and "rerank_weight kept at the packaged value" in report  # no empty order table
 
 
 def test_the_shift_is_the_gap_between_median_logits_and_never_raises_a_grade() -> None:

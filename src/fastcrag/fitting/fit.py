@@ -328,7 +328,10 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
             packaged_obs = (
                 measured_on
                 if packaged.condition_factor == factor
-                else observe(base_cached, held or pseudo, top_k, True, False, "", packaged.condition_factor)
+                else shift_scores(  # pseudo-questions on the scale their thresholds are drawn on
+                    observe(base_cached, held or pseudo, top_k, True, False, "", packaged.condition_factor),
+                    0.0 if held else shift,
+                )
             )
             figures["base, packaged thresholds"] = figures_of(
                 base.name,

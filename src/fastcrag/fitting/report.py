@@ -143,10 +143,16 @@ def write_report(
         f"reader_threshold {cal.reader_threshold}, rerank_weight {cal.rerank_weight}, "
         f"condition_factor {cal.condition_factor}.",
         "",
-        "Candidate order on the held-out part (nDCG@10 of the evidence chunks; rerank_weight 1: the grader's order, "
-        "0: the first pass's):",
-        "",
-        *_curve_table("rerank_weight", "nDCG@10", curve),
+        *(
+            [
+                "Candidate order on the held-out part (nDCG@10 of the evidence chunks; rerank_weight 1: the grader's "
+                "order, 0: the first pass's):",
+                "",
+                *_curve_table("rerank_weight", "nDCG@10", curve),
+            ]
+            if curve
+            else ["Candidate order: rerank_weight kept at the packaged value (a label-free fit does not judge it)."]
+        ),
         "",
         "Chunks lacking a year, ordinal, quarter or month the question names, scored down by condition_factor (1: no "
         "check; mean AUC of the top chunk score, the base grader):",
