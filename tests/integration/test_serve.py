@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import os
 import re
 import signal
@@ -708,8 +709,9 @@ def test_postgres_restarted_under_load_fails_runs_cleanly_and_every_thread_answe
 ) -> None:
     """20 SDK clients on 2 workers, each on its own thread; Postgres stopped (fast shutdown) mid-load, started again.
 
-    Runs in flight end in an abstention with its reason or a 503, none past the run timeout; every thread answers
-    again soon after Postgres is back; no acknowledged run's checkpoint is lost.
+    Runs in flight end in an abstention with its reason or a 503, or ride the outage out and answer once Postgres is
+    back, none past the run timeout; every thread answers again soon after Postgres is back; no acknowledged run's
+    checkpoint is lost.
     """
     import pgserver
     from langgraph_sdk import get_client
@@ -763,6 +765,8 @@ def test_postgres_restarted_under_load_fails_runs_cleanly_and_every_thread_answe
                         else f"other: {failure}"
                     )
             slowest = max(slowest, time.monotonic() - started)
+            if started < marks.get("down", math.inf) < time.monotonic():
+                count("(in flight when Postgres stopped)")
             if "down" in marks and "up" not in marks:
                 await asyncio.sleep(0.2)  # no busy loop while the database is away
 
@@ -802,7 +806,9 @@ def test_postgres_restarted_under_load_fails_runs_cleanly_and_every_thread_answe
         f"slowest run {slowest:.1f} s; every thread answered again within {max(back.values()):.1f} s of Postgres "
         f"returning; {sum(acknowledged.values())} acknowledged runs, none lost",
     )
-    assert outcomes.get("answered", 0) > 0 and outcomes.get("abstained: Postgres unreachable", 0) > 0
+    # the outage cut runs in flight; each of those abstained with its reason or rode it out (answered once Postgres
+    # was back): which of the two, and how many, depends on where each run stood when the connections were cut
+    assert outcomes.pop("(in flight when Postgres stopped)", 0) > 0 and outcomes.get("answered", 0) > 0, outcomes
     ends = {
         "answered",
         "declined, as in-process",
