@@ -30,7 +30,7 @@ from fastcrag.fitting.calibrate import (
 from fastcrag.fitting.fit import PSEUDO_QUESTIONS
 from fastcrag.fitting.labels import holds_answer
 from fastcrag.fitting.measure import observe as observe_views
-from fastcrag.fitting.pseudo import SAMPLE_FACTOR, make_pseudo_questions, measure_shift, pseudo_first_pass
+from fastcrag.fitting.pseudo import measure_shift, pseudo_first_pass, sample_pseudo_questions
 from fastcrag.grading.bands import band_of
 from fastcrag.grading.conditions import named_conditions, with_conditions_changed
 from fastcrag.grading.reranker import CachingReranker, Reranker, checked_scores
@@ -74,7 +74,7 @@ def measure_pseudo_shift(
         for q, o in zip(questions, obs, strict=True)
         if q.kind == "answerable" and any(holds_answer(d.page_content, q.answers) for d in retrieved[q.question])
     ]
-    made = make_pseudo_questions(store.sample_chunks(SAMPLE_FACTOR * PSEUDO_QUESTIONS), PSEUDO_QUESTIONS, seed)
+    made = sample_pseudo_questions(store, PSEUDO_QUESTIONS, seed)
     items = [
         i for i in pseudo_first_pass(HybridRetriever(store=store, k=top_k), made, top_k, True) if i.retrieved(top_k)
     ]

@@ -41,9 +41,8 @@ from fastcrag.fitting.measure import (
 from fastcrag.fitting.pseudo import (
     DEFAULT_KINDS,
     KINDS,
-    SAMPLE_FACTOR,
-    make_pseudo_questions,
     pseudo_first_pass,
+    sample_pseudo_questions,
     shift_scores,
     twin_pairs,
 )
@@ -512,9 +511,7 @@ def _pseudo_items(
     """The pseudo-questions of the fit, first-passed and labelled (none with `--pseudo 0`)."""
     if not opts.pseudo:
         return []
-    made = make_pseudo_questions(
-        store.sample_chunks(SAMPLE_FACTOR * opts.pseudo), opts.pseudo, opts.seed, opts.pseudo_kinds
-    )
+    made = sample_pseudo_questions(store, opts.pseudo, opts.seed, opts.pseudo_kinds)
     log(f"{len(made)} pseudo-questions made from the index ({_kinds(opts)})")
     return pseudo_first_pass(retriever, made, top_k, opts.progress)
 

@@ -23,6 +23,7 @@ import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
@@ -136,6 +137,13 @@ def make_pseudo_questions(
         out.append(PseudoQuestion(made[0], sentence, made[1], kind, source))
         per_source[source] = per_source.get(source, 0) + 1
     return out
+
+
+def sample_pseudo_questions(
+    store: Any, n: int, seed: int, kinds: Sequence[str] = DEFAULT_KINDS
+) -> list[PseudoQuestion]:
+    """Up to `n` pseudo-questions from chunks sampled over `store` (`SAMPLE_FACTOR` chunks per question asked for)."""
+    return make_pseudo_questions(store.sample_chunks(SAMPLE_FACTOR * n), n, seed, kinds)
 
 
 def cut_sentence(text: str, sentence: str) -> str:
