@@ -316,9 +316,14 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
             return calibrate_on(obs, opts.precision, opts.min_recall)
 
         shift = (packaged.pseudo_shift or 0.0) if packaged is not None else 0.0
-        pseudo_obs = shift_scores(
-            observe(base_cached, pseudo, top_k, True, opts.progress, "pseudo-questions, base", factor), shift
-        )
+
+        def observe_pseudo(grader: CachingReranker, desc: str, condition_factor: float = factor) -> list[Observation]:
+            """The pseudo-questions as `grader` sees them, on the scale their thresholds are drawn on (`shift`)."""
+            return shift_scores(
+                observe(grader, pseudo, top_k, True, opts.progress and bool(desc), desc, condition_factor), shift
+            )
+
+        pseudo_obs = observe_pseudo(base_cached, "pseudo-questions, base")
         label_free = _draw_label_free(pseudo_obs, rule, opts.seed, shift, packaged) if pseudo_obs else None
         base_obs = observe(base_cached, held, top_k, True, opts.progress, "labelled, base", factor) if held else []
         measured_on = base_obs or pseudo_obs  # the figures are measured on the labels when there are any
@@ -327,10 +332,9 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
             packaged_obs = (
                 measured_on
                 if packaged.condition_factor == factor
-                else shift_scores(  # pseudo-questions on the scale their thresholds are drawn on
-                    observe(base_cached, held or pseudo, top_k, True, False, "", packaged.condition_factor),
-                    0.0 if held else shift,
-                )
+                else observe(base_cached, held, top_k, True, False, "", packaged.condition_factor)
+                if held
+                else observe_pseudo(base_cached, "", packaged.condition_factor)
             )
             figures["base, packaged thresholds"] = figures_of(
                 base.name,
@@ -371,9 +375,7 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
                 grader_dir = tmp / "grader"
                 shutil.copytree(export, grader_dir)
                 if pseudo:  # the label-free prior, in the fitted grader's scores
-                    pseudo_obs = shift_scores(
-                        observe(fitted_cached, pseudo, top_k, True, opts.progress, "pseudo, fitted", factor), shift
-                    )
+                    pseudo_obs = observe_pseudo(fitted_cached, "pseudo, fitted")
                     label_free = _draw_label_free(pseudo_obs, rule, opts.seed, shift, packaged)
             else:
                 shutil.copytree(export, tmp / "rejected-grader")
