@@ -15,9 +15,9 @@ from fastcrag import components
 from fastcrag.config.calibration import Calibration
 from fastcrag.fitting import fit as fitmod
 from fastcrag.fitting.calibrate import Observation
-from fastcrag.fitting.draw import CONFIDENCE, _ahead, blend, draw_alone, shrink, utility
+from fastcrag.fitting.draw import _ahead, blend, draw_alone, shrink, utility
 from fastcrag.fitting.fit import FitOptions, fit
-from fastcrag.fitting.measure import Thresholds, calibrate_on
+from fastcrag.fitting.measure import KEEP_CONFIDENCE, Thresholds, calibrate_on
 from fastcrag.fitting.pseudo import (
     PseudoQuestion,
     cloze,
@@ -148,7 +148,7 @@ def test_labels_move_off_the_prior_only_when_ahead_beyond_chance() -> None:
     assert _ahead([1.0] * 20, [0.0] * 20, seed=1) == 1.0
     assert _ahead([0.0] * 20, [0.0] * 20, seed=1) == 0.0  # a tie is not ahead
     one_question = [2.0] + [0.0] * 39  # ahead on one question of 40: in the resamples that draw it
-    assert 0.5 < _ahead(one_question, [0.0] * 40, seed=1) < CONFIDENCE
+    assert 0.5 < _ahead(one_question, [0.0] * 40, seed=1) < KEEP_CONFIDENCE
 
 
 def test_intervals_narrow_with_more_questions() -> None:

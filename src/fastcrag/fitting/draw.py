@@ -17,15 +17,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fastcrag.fitting.calibrate import Observation, declines
-from fastcrag.fitting.measure import Thresholds
+from fastcrag.fitting.measure import BOOTSTRAP_ROUNDS, KEEP_CONFIDENCE, Thresholds
 
 WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)
 """The labels' share tried in the blend with the prior (0: the prior alone; 1: the labels alone)."""
 FOLDS = 5
-CONFIDENCE = 0.9
-"""Labels move the thresholds off the prior only when their weight beats the prior alone in this share of resamples
-of the held-out folds' questions (as a fine-tuned grader must beat the base: `fastcrag.fitting.measure`)."""
-ROUNDS = 1000
 INTERVAL_ROUNDS = 200
 INTERVAL = (5.0, 95.0)
 """The percentiles of a threshold's bootstrap interval."""
@@ -135,12 +131,12 @@ def with_reader(drawn: Drawn, reader: float, why: str) -> Drawn:
 
 
 def _ahead(a: Sequence[float], b: Sequence[float], seed: int) -> float:
-    """The share of `ROUNDS` bootstrap resamples of the questions in which `a`'s total beats `b`'s (paired)."""
+    """The share of `BOOTSTRAP_ROUNDS` resamples of the questions in which `a`'s total beats `b`'s (paired)."""
     diff = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
     if not len(diff):
         return 0.0
     rng = np.random.default_rng(seed)
-    totals = diff[rng.integers(0, len(diff), (ROUNDS, len(diff)))].sum(axis=1)
+    totals = diff[rng.integers(0, len(diff), (BOOTSTRAP_ROUNDS, len(diff)))].sum(axis=1)
     return float((totals > 0).mean())
 
 
@@ -161,10 +157,10 @@ def shrink(
     """The labelled draw blended with `prior`, the labels' weight chosen by `FOLDS`-fold cross-validation.
 
     Folds hold whole groups (a source document's questions). Labels must show that they do better than the prior on
-    questions they were not drawn on, beyond chance: the weight with the best held-out truthfulness is taken only
-    when it beats the prior alone (weight 0) in at least `CONFIDENCE` of `ROUNDS` bootstrap resamples of the held-out
-    questions; else the prior stands. `prior_draws` are the prior's bootstrap draws (empty for a fixed prior),
-    blended with the labelled draw's own for the intervals.
+    questions they were not drawn on, beyond chance, by the fine-tune's keep-rule: the weight with the best held-out
+    truthfulness is taken only when it beats the prior alone (weight 0) in at least `KEEP_CONFIDENCE` of
+    `BOOTSTRAP_ROUNDS` bootstrap resamples of the held-out questions; else the prior stands. `prior_draws` are the
+    prior's bootstrap draws (empty for a fixed prior), blended with the labelled draw's own for the intervals.
     """
     folds = min(FOLDS, len({groups.get(q, q) for q in _questions(labelled)}))
     scores: dict[float, list[float]] = {w: [] for w in WEIGHTS}  # per held-out question, its views' utility summed
@@ -182,10 +178,10 @@ def shrink(
     cv = {f"{w:g}": round(sum(v) / judged, 4) for w, v in scores.items()} if judged else {}
     best = max(WEIGHTS, key=lambda w: (round(sum(scores[w]), 9), -w)) if judged else 1.0
     ahead = _ahead(scores[best], scores[0.0], seed) if judged and best else None
-    weight = best if ahead is None or ahead >= CONFIDENCE else 0.0
+    weight = best if ahead is None or ahead >= KEEP_CONFIDENCE else 0.0
     why = (
-        f"; the best weight ({best:g}) beat the prior alone in {ahead:.0%} of {ROUNDS} resamples of the held-out "
-        f"questions ({CONFIDENCE:.0%} needed)"
+        f"; the best weight ({best:g}) beat the prior alone in {ahead:.0%} of {BOOTSTRAP_ROUNDS} resamples of the "
+        f"held-out questions ({KEEP_CONFIDENCE:.0%} needed)"
         if ahead is not None
         else ""
     )
