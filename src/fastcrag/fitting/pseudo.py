@@ -31,6 +31,7 @@ from tqdm import tqdm
 from fastcrag.fitting.calibrate import Observation
 from fastcrag.fitting.labels import EXTRA_DEPTH, Candidate, Labelled
 from fastcrag.fitting.questions import FitQuestion
+from fastcrag.grading.onnx_grader import sigmoid
 from fastcrag.retrieval.hybrid import HybridRetriever, chunk_key
 from fastcrag.retrieval.structure import prose
 from fastcrag.retrieval.text import body_sentences, normalise, split_sentences, split_title, titled
@@ -226,4 +227,4 @@ def shift_scores(obs: Sequence[Observation], shift: float) -> list[Observation]:
     """`obs` with every top grade moved by `shift` logits (the order of the grades, and so AUCs, unchanged)."""
     if not shift:
         return list(obs)
-    return [replace(o, top_score=1 / (1 + math.exp(-(_logit(o.top_score) + shift)))) for o in obs]
+    return [replace(o, top_score=sigmoid(_logit(o.top_score) + shift)) for o in obs]

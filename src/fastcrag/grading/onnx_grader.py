@@ -18,7 +18,8 @@ from fastcrag.ortsession import cpu_session, ort_threads, padded_tokenizer
 DEFAULT_MAX_LENGTH = 256
 
 
-def _sigmoid(x: float) -> float:
+def sigmoid(x: float) -> float:
+    """The logistic function, without overflow for large |x|."""
     return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
 
 
@@ -133,7 +134,7 @@ class OnnxCrossEncoderReranker:
                 span = None
                 if a >= 0:
                     start, end = encs[i].offsets[a][0], encs[i].offsets[b][1]
-                    span = Span(texts[i][start:end], start, end, _sigmoid(margin))
+                    span = Span(texts[i][start:end], start, end, sigmoid(margin))
                 m = max(-30.0, min(30.0, margin)) if math.isfinite(margin) else -30.0
                 w = self.grade
                 out[i] = (w["relevance"] * float(logit) + w["span"] * m + w["bias"] if w else float(logit), span)
@@ -160,7 +161,7 @@ class OnnxCrossEncoderReranker:
         """Score each text against the query: sigmoid of the grade logit, in [0, 1]."""
         if not texts:
             return []
-        return [_sigmoid(x) for x in self.logits(query, texts)]
+        return [sigmoid(x) for x in self.logits(query, texts)]
 
     def read(self, query: str, texts: Sequence[str]) -> list[Span | None]:
         """The best answer span of each text (None for every text when the model has no reader head)."""
