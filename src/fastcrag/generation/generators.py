@@ -269,7 +269,12 @@ class ExtractiveGenerator:
         """
         anchor = _anchor(passages)
         best = max((t for t in strips if t[2] in anchor), key=lambda t: t[0], default=max(strips, key=lambda t: t[0]))
-        led = self._page_lead(question, passages, best) or self._section_lead(passages, best)
+        chunk, held = self._held(passages, best)  # the section part of the chunk the best sentence stands in
+        led = (
+            (self._page_lead(question, passages, chunk, held) or self._section_lead(passages, best[2], chunk, held))
+            if held is not None
+            else None
+        )
         if led is not None:
             lead, used, section, read = led
             if read:  # chunks the passages do not hold: cited, with the lead graded under its title
@@ -296,9 +301,11 @@ class ExtractiveGenerator:
         return self._led(found, [*rest, *(t for t in chosen if t[2] != index)], [index])
 
     def _section_lead(
-        self, passages: Sequence[Mapping[str, Any]], best: tuple[float, str, int, int]
+        self, passages: Sequence[Mapping[str, Any]], index: int, chunk: str, held: Part
     ) -> tuple[str, list[int], Part, list[dict[str, Any]]] | None:
-        """The lead of the documentation section the best sentence stands in; None without one.
+        """The lead of the section `held` that the best sentence stands in; None without one.
+
+        The best sentence is in passage `index`, chunk `chunk` (for a refined strip, the chunk fetched by id).
 
         The lead is the section's first `LEAD_SENTENCES` prose sentences (what its subject is and does: the
         context the best sentence is read in), from the best sentence's chunk (the passage, or for a refined strip
@@ -307,9 +314,6 @@ class ExtractiveGenerator:
         j-th chunk the passages do not hold), the section (its title, its sentences in those chunks) and those
         chunks.
         """
-        chunk, held = self._held(passages, best)
-        if held is None:
-            return None
         before = section_before(self._fetch, chunk, held.title) if not held.opens else []
         if not held.opens and not before:
             return None
@@ -318,7 +322,7 @@ class ExtractiveGenerator:
             for part in parts(doc.page_content):
                 if part.title == held.title:
                     ordered.update((s, doc) for s in part.sentences if s not in ordered)
-        ordered.update((s, best[2]) for s in held.sentences if s not in ordered)
+        ordered.update((s, index) for s in held.sentences if s not in ordered)
         lead = _lead(list(ordered))
         if not lead:
             return None
@@ -326,7 +330,7 @@ class ExtractiveGenerator:
         return _joined(lead), used, Part(held.title, tuple(ordered), True), read
 
     def _page_lead(
-        self, question: str, passages: Sequence[Mapping[str, Any]], best: tuple[float, str, int, int]
+        self, question: str, passages: Sequence[Mapping[str, Any]], chunk: str, held: Part
     ) -> tuple[str, list[int], Part, list[dict[str, Any]]] | None:
         """The page's lead, where the question names the page's subject and the best sentence is in a sub-section.
 
@@ -339,8 +343,7 @@ class ExtractiveGenerator:
         prose sentences over its first `PAGE_START` chunks, fetched by id; the section returned holds the
         sentences of the sections the lead stands in (where support is drawn from).
         """
-        chunk, held = self._held(passages, best)
-        if held is None or TITLE_JOINER not in held.title or chunk_number(chunk) is None:
+        if TITLE_JOINER not in held.title or chunk_number(chunk) is None:
             return None
         subject, asked = _page_subject(held.title), set(terms(question))
         if not subject or not subject <= asked:
