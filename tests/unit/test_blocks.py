@@ -121,6 +121,19 @@ def test_a_heading_never_makes_a_chunk_alone() -> None:
     assert all(split_title(body)[1].strip() for _, body in chunks)  # every chunk has a body under its title
 
 
+def test_a_heading_never_ends_a_chunk_it_opens_the_next() -> None:
+    text = "Alpha\n=====\n\n" + " ".join(f"Alpha says thing number {i} about alpha." for i in range(4))
+    text += "\n\nBeta\n----\n\nBeta opens with a sentence long enough that it cannot share the chunk with alpha's."
+    chunks = [body for _, body in chunk_sections(sections(text), 48, 12)]
+    assert len(chunks) == 2 and chunks[0].endswith("Alpha says thing number 3 about alpha.")
+    # Beta's heading moves on with its first sentence: the next chunk opens the section (its lead is found there)
+    assert split_title(chunks[1]) == (
+        f"Alpha{TITLE_JOINER}Beta",
+        "Beta opens with a sentence long enough that it cannot share the chunk with alpha's.",
+    )
+    assert parts(chunks[1])[0].opens
+
+
 def test_a_long_code_block_is_cut_between_lines_into_fenced_pieces() -> None:
     code = "\n".join(f"value_{i} = compute_something({i}, other_argument)" for i in range(60))
     chunks = chunk_sections(sections(f"```\n{code}\n```\n"), 64, 12)

@@ -342,8 +342,9 @@ def chunk_sections(parts: list[Section], size: int = 128, overlap: int = 24) -> 
     continued where the section began in an earlier chunk), so the embedder, the lexical index and the grader read it.
     Sentences, table rows and code blocks are packed whole (a code block longer than `size` is cut between lines);
     table rows never share a chunk with prose; about `overlap` tokens of trailing prose sentences are repeated at
-    the start of the next chunk. A heading inside a chunk stands on a line of its own. Paragraphs, headings, rows
-    and code blocks are separated by a blank line.
+    the start of the next chunk. A heading inside a chunk stands on a line of its own, and never ends one: a heading
+    that would moves on to the next chunk, which opens under it. Paragraphs, headings, rows and code blocks are
+    separated by a blank line.
     """
     units: list[tuple[str, int, str, str, str]] = []
     for section in parts:
@@ -362,17 +363,20 @@ def chunk_sections(parts: list[Section], size: int = 128, overlap: int = 24) -> 
     for unit in units:
         _, n, kind, _, _ = unit
         table_change = bool(current) and (kind == TABLE) != (current[-1][2] == TABLE) and kind != HEADING
-        alone = len(current) == 1 and current[0][2] == HEADING  # a heading stays with what it heads
-        if current and (used + n > size or table_change) and not alone:
+        kept = len(current)  # a heading stays with what it heads: trailing headings move on to the next chunk
+        while kept and current[kept - 1][2] == HEADING:
+            kept -= 1
+        if kept and (used + n > size or table_change):
+            heads, current = current[kept:], current[:kept]
             emit()
             carried: list[tuple[str, int, str, str, str]] = []
-            carried_tokens = 0
-            for u in reversed(current if not table_change and kind != HEADING else []):
+            carried_tokens = 0  # no overlap into a section that opens here (a heading moved on, or a new one)
+            for u in reversed(current if not heads and not table_change and kind != HEADING else []):
                 if u[2] != PROSE or carried_tokens + u[1] > overlap or carried_tokens + u[1] + n > size:
                     break
                 carried.insert(0, u)
                 carried_tokens += u[1]
-            current, used = carried, carried_tokens
+            current, used = heads + carried, sum(u[1] for u in heads) + carried_tokens
         current.append(unit)
         used += n
     if current:
