@@ -287,3 +287,29 @@ def test_a_question_about_a_pages_subject_is_answered_by_the_pages_opening() -> 
     assert answer.text == "Frob three widgets at once and print nothing." and answer.read == ()
     # a question that does not name the page's subject, or a page without sub-sections: no page lead
     assert gen.generate("What does the -n option print?", passages).read == ()
+
+
+def test_a_question_about_a_sections_subject_is_answered_by_that_sections_lead() -> None:
+    chunks = (
+        ("seq-4", "Sequence Types \u203a Lists (continued)\n\nLists sort in place with sort()."),
+        (
+            "seq-5",
+            "Sequence Types \u203a Tuples\n\nTuples are immutable sequences of any objects. They can be hashed.",
+        ),
+        (
+            "seq-6",
+            "Sequence Types \u203a Tuples \u203a class tuple([iterable])\n\n"
+            "Tuples may be constructed in a number of ways: the constructor builds a tuple from an iterable.",
+        ),
+    )
+    grader = ScriptedReranker({"constructed": 0.9, "immutable": 0.5})
+    passages = [{"chunk_id": "seq-6", "text": chunks[2][1], "source": "seq.md", "score": 0.9}]
+    gen = ExtractiveGenerator(grader, chunks=_store(*chunks))  # type: ignore[arg-type]
+    # the question names Tuples (the section above the entry that ranked best): Tuples' lead opens the answer,
+    # not the sequence page's (its subject is not named) nor the entry's own
+    answer = gen.generate("What is a tuple?", passages)
+    assert answer.text.startswith("Tuples are immutable sequences of any objects. They can be hashed.")
+    assert [r["chunk_id"] for r in answer.read] == ["seq-5"]
+    # a question that names no section above the entry: the entry's own lead
+    answer = gen.generate("How is a new object built from an iterable?", passages)
+    assert answer.text.startswith("Tuples may be constructed") and answer.read == ()

@@ -18,7 +18,15 @@ from fastcrag.generation import prompts
 from fastcrag.grading.reader import Span, is_reader
 from fastcrag.grading.reranker import Reranker, checked_scores
 from fastcrag.retrieval.lexical import terms
-from fastcrag.retrieval.sections import FetchChunks, Part, chunk_number, part_holding, parts, section_before
+from fastcrag.retrieval.sections import (
+    SECTION_REACH,
+    FetchChunks,
+    Part,
+    chunk_number,
+    part_holding,
+    parts,
+    section_before,
+)
 from fastcrag.retrieval.structure import prose, without_label
 from fastcrag.retrieval.text import TITLE_JOINER, sectioned, split_sentences, split_title, titled
 
@@ -332,48 +340,73 @@ class ExtractiveGenerator:
     def _page_lead(
         self, question: str, passages: Sequence[Mapping[str, Any]], chunk: str, held: Part
     ) -> tuple[str, list[int], Part, list[dict[str, Any]]] | None:
-        """The page's lead, where the question names the page's subject and the best sentence is in a sub-section.
+        """The lead of a page or section above the best sentence's whose subject the question names.
 
-        A sub-section is an option, an example, a special case. None when the question does not name what the page
-        is about or asks of it what the lead does not speak of, or the best sentence stands in the section that
-        opens the page.
+        A sub-section is an option, an example, a special case, an API entry. The sections above the best
+        sentence's (its heading path's ancestors) are tried nearest first; one answers when the question's terms
+        hold its subject (its heading up to a qualifier: `git-revert(1) Manual Page` gives git, revert; `Tuples`
+        gives tuple) and everything else the question asks is in its lead. None when no ancestor does, or the lead
+        found is the best sentence's own section's.
 
         "What does git revert do?" is answered by the page git-revert's opening (its one-line summary and its
-        description), not by the example or option that ranked best. The page's lead is its first `LEAD_SENTENCES`
-        prose sentences over its first `PAGE_START` chunks, fetched by id; the section returned holds the
-        sentences of the sections the lead stands in (where support is drawn from).
+        description), not by the example or option that ranked best; "What is a tuple?" by the section Tuples'
+        lead, not by its entry `class tuple([iterable])`. An ancestor's lead is its first `LEAD_SENTENCES` prose
+        sentences over the `PAGE_START` chunks from where it opens (a page at its first chunk; a section found
+        within `SECTION_REACH` chunks back), fetched by id; the section returned holds the sentences of the
+        sections the lead stands in (where support is drawn from).
         """
-        if TITLE_JOINER not in held.title or chunk_number(chunk) is None:
+        number = chunk_number(chunk)
+        headings = held.title.split(TITLE_JOINER)
+        if len(headings) < 2 or number is None:
             return None
-        subject, asked = _page_subject(held.title), set(terms(question))
-        if not subject or not subject <= asked:
-            return None
-        prefix = chunk.rpartition("-")[0]
-        docs = sorted(
-            self._fetch([f"{prefix}-{n}" for n in range(PAGE_START)]),
-            key=lambda d: chunk_number(str(d.id or d.metadata.get("chunk_id"))) or 0,
-        )
-        ordered: dict[str, int | Document] = {}
-        section_of: dict[str, str] = {}
-        for doc in docs:
-            for part in parts(doc.page_content):
-                for sentence in part.sentences:
-                    if sentence not in ordered:
-                        ordered[sentence], section_of[sentence] = doc, part.title
-        lead = _lead(list(ordered))
-        if not lead or section_of[lead[0][1]] == held.title:
-            return None  # the best sentence's own section opens the page: its lead is the section's
-        if not asked - subject <= set(terms(_joined(lead))):
-            return None  # the question asks about more than the page's lead says (one clause of a statement)
-        sections = {section_of[sentence] for _, sentence in lead}
-        used, read = _cited(lead, ordered, passages)
-        title = section_of[lead[-1][1]]
-        return (
-            _joined(lead),
-            used,
-            Part(title, tuple(s for s in ordered if section_of[s] in sections), True),
-            read,
-        )
+        asked, prefix = set(terms(question)), chunk.rpartition("-")[0]
+        for depth in range(len(headings) - 1, 0, -1):
+            ancestor = TITLE_JOINER.join(headings[:depth])
+            subject = _subject(headings[depth - 1])
+            if not subject or not subject <= asked:
+                continue
+            opened = 0 if depth == 1 else self._opening(prefix, number, ancestor)
+            if opened is None:
+                continue
+            ordered: dict[str, int | Document] = {}
+            section_of: dict[str, str] = {}
+            for doc in sorted(
+                self._fetch([f"{prefix}-{n}" for n in range(opened, opened + PAGE_START)]),
+                key=lambda d: chunk_number(str(d.id or d.metadata.get("chunk_id"))) or 0,
+            ):
+                for part in parts(doc.page_content):
+                    if part.title != ancestor and not part.title.startswith(ancestor + TITLE_JOINER):
+                        continue  # a section after the ancestor's end
+                    for sentence in part.sentences:
+                        if sentence not in ordered:
+                            ordered[sentence], section_of[sentence] = doc, part.title
+            lead = _lead(list(ordered))
+            if not lead or section_of[lead[0][1]] == held.title:
+                continue  # the best sentence's own section opens it: its lead is the section's
+            if not asked - subject <= set(terms(_joined(lead))):
+                continue  # the question asks about more than this lead says (one clause of a statement)
+            sections = {section_of[sentence] for _, sentence in lead}
+            used, read = _cited(lead, ordered, passages)
+            title = section_of[lead[-1][1]]
+            return (
+                _joined(lead),
+                used,
+                Part(title, tuple(s for s in ordered if section_of[s] in sections), True),
+                read,
+            )
+        return None
+
+    def _opening(self, prefix: str, number: int, title: str) -> int | None:
+        """The number of the chunk at or before chunk `number` where section `title` opens (None: out of reach)."""
+        ids = [f"{prefix}-{n}" for n in range(number, max(-1, number - 1 - SECTION_REACH), -1)]
+        found = {str(d.id or d.metadata.get("chunk_id")): d for d in self._fetch(ids)}
+        for n, wanted in zip(range(number, -1, -1), ids):
+            doc = found.get(wanted)
+            if doc is None:
+                return None
+            if any(p.title == title and p.opens for p in parts(doc.page_content)):
+                return n
+        return None
 
     def _held(
         self, passages: Sequence[Mapping[str, Any]], best: tuple[float, str, int, int]
@@ -607,13 +640,12 @@ def _joined(lead: Sequence[tuple[str, str]]) -> str:
     return " ".join(t if k == len(texts) - 1 or t[-1] in ".!?:;" else f"{t}." for k, t in enumerate(texts))
 
 
-def _page_subject(title: str) -> set[str]:
-    """The terms of what a page is about: its top heading, up to a qualifier.
+def _subject(heading: str) -> set[str]:
+    """The terms of what a page or section is about: its heading, up to a qualifier.
 
     "git-revert(1) Manual Page" gives git, revert; "Sequence Types — list, tuple, range" gives sequence, type.
     """
-    page = _QUALIFIER.split(title.split(TITLE_JOINER)[0], maxsplit=1)[0]
-    return set(terms(page))
+    return set(terms(_QUALIFIER.split(heading, maxsplit=1)[0]))
 
 
 def _chunk_number(passage: Mapping[str, Any]) -> int:
