@@ -313,3 +313,18 @@ def test_a_question_about_a_sections_subject_is_answered_by_that_sections_lead()
     # a question that names no section above the entry: the entry's own lead
     answer = gen.generate("How is a new object built from an iterable?", passages)
     assert answer.text.startswith("Tuples may be constructed") and answer.read == ()
+
+
+def test_a_pages_one_line_opening_goes_on_into_its_description() -> None:
+    opening = (
+        "frob-0",
+        "frob(1) Manual Page \u203a NAME\n\nfrob - Turn widgets into gadgets\n\n"
+        "frob(1) Manual Page \u203a DESCRIPTION\n\nFrob turns each widget it is given into a gadget. It keeps a log.",
+    )
+    grader = ScriptedReranker({"Turn widgets": 0.9, "each widget": 0.5, "log": 0.1})
+    passages = [{"chunk_id": "frob-0", "text": opening[1], "source": "frob.1.html", "score": 0.9}]
+    gen = ExtractiveGenerator(grader, chunks=_store(opening))  # type: ignore[arg-type]
+    # the best sentence is the page's one-line summary, a section too short to lead alone: the page's lead answers,
+    # though the question does not name the page
+    answer = gen.generate("How do I turn widgets into gadgets?", passages)
+    assert answer.text.startswith("frob - Turn widgets into gadgets. Frob turns each widget it is given into a gadget.")

@@ -345,8 +345,10 @@ class ExtractiveGenerator:
         A sub-section is an option, an example, a special case, an API entry. The sections above the best
         sentence's (its heading path's ancestors) are tried nearest first; one answers when the question's terms
         hold its subject (its heading up to a qualifier: `git-revert(1) Manual Page` gives git, revert; `Tuples`
-        gives tuple) and everything else the question asks is in its lead. None when no ancestor does, or the lead
-        found is the best sentence's own section's.
+        gives tuple) and everything else the question asks is in its lead. The best sentence standing in a page's
+        opening section too short to make a lead alone (a manual page's one-line summary), the page's lead answers
+        whatever the question names. None when no ancestor does, or the lead found is the best sentence's own
+        section's.
 
         "What does git revert do?" is answered by the page git-revert's opening (its one-line summary and its
         description), not by the example or option that ranked best; "What is a tuple?" by the section Tuples'
@@ -363,7 +365,8 @@ class ExtractiveGenerator:
         for depth in range(len(headings) - 1, 0, -1):
             ancestor = TITLE_JOINER.join(headings[:depth])
             subject = _subject(headings[depth - 1])
-            if not subject or not subject <= asked:
+            named = bool(subject) and subject <= asked
+            if not named and not (depth == 1 and number < PAGE_START):
                 continue
             opened = 0 if depth == 1 else self._opening(prefix, number, ancestor)
             if opened is None:
@@ -381,10 +384,11 @@ class ExtractiveGenerator:
                         if sentence not in ordered:
                             ordered[sentence], section_of[sentence] = doc, part.title
             lead = _lead(list(ordered))
-            if not lead or section_of[lead[0][1]] == held.title:
-                continue  # the best sentence's own section opens it: its lead is the section's
-            if not asked - subject <= set(terms(_joined(lead))):
-                continue  # the question asks about more than this lead says (one clause of a statement)
+            own = [section_of[sentence] == held.title for _, sentence in lead]
+            if not lead or all(own):
+                continue  # the best sentence's own section makes the lead: it is the section's
+            if not own[0] and (not named or not asked - subject <= set(terms(_joined(lead)))):
+                continue  # not named, or asked about more than this lead says (one clause of a statement)
             sections = {section_of[sentence] for _, sentence in lead}
             used, read = _cited(lead, ordered, passages)
             title = section_of[lead[-1][1]]
