@@ -328,3 +328,28 @@ def test_a_pages_one_line_opening_goes_on_into_its_description() -> None:
     # though the question does not name the page
     answer = gen.generate("How do I turn widgets into gadgets?", passages)
     assert answer.text.startswith("frob - Turn widgets into gadgets. Frob turns each widget it is given into a gadget.")
+
+
+def test_a_lead_that_points_back_is_given_the_name_of_what_it_points_to() -> None:
+    grader = ScriptedReranker({"default": 0.9, "heads": 0.5})
+    passages = [
+        {
+            "chunk_id": "merge-3",
+            "text": "merge(1) Manual Page \u203a STRATEGIES \u203a ort\n\n"
+            "This is the default strategy when merging one branch. It resolves two heads.",
+            "source": "merge.html",
+            "score": 0.9,
+        }
+    ]
+    answer = ExtractiveGenerator(grader).generate("Which strategy does merge use by default?", passages)
+    assert answer.text.startswith("ort: This is the default strategy when merging one branch.")
+    # a manual page's section name is no subject: the page's name is ("merge: This command ...")
+    passages[0]["text"] = "merge(1) Manual Page \u203a DESCRIPTION\n\nThis command joins two histories by default."
+    answer = ExtractiveGenerator(grader).generate("What does merge do by default?", passages)
+    assert answer.text == "merge: This command joins two histories by default."
+    # a lead that says what it speaks of stays as it is
+    passages[0]["text"] = "merge(1) Manual Page \u203a DESCRIPTION\n\nMerge joins two histories by default."
+    assert (
+        ExtractiveGenerator(grader).generate("What does merge do?", passages).text
+        == passages[0]["text"].split("\n\n")[1]
+    )

@@ -335,7 +335,7 @@ class ExtractiveGenerator:
         if not lead:
             return None
         used, read = _cited(lead, ordered, passages)
-        return _joined(lead), used, Part(held.title, tuple(ordered), True), read
+        return _named(_joined(lead), held.title), used, Part(held.title, tuple(ordered), True), read
 
     def _page_lead(
         self, question: str, passages: Sequence[Mapping[str, Any]], chunk: str, held: Part
@@ -393,7 +393,7 @@ class ExtractiveGenerator:
             used, read = _cited(lead, ordered, passages)
             title = section_of[lead[-1][1]]
             return (
-                _joined(lead),
+                _named(_joined(lead), section_of[lead[0][1]]),
                 used,
                 Part(title, tuple(s for s in ordered if section_of[s] in sections), True),
                 read,
@@ -562,6 +562,8 @@ LEAD_SENTENCES = 2
 """A section's lead: its first prose sentences, this many (what the section's subject is, and what it does)."""
 _LEAD_IN = re.compile(r"^(\S+\s+){0,3}\S+:$")
 """A short line that only introduces what follows ("The syntax is:", "For example:"): no part of a lead."""
+_POINTS_BACK = re.compile(r"^(this|these)\s", re.IGNORECASE)
+"""A sentence that opens by pointing back to what it speaks of ("This is the default ...", "These hold ...")."""
 _LIST_ITEM = re.compile(r"^(?:[*\u2022-]|\d{1,2}[.)]|\([a-z0-9]\))\s")
 """A list item ("* ...", "1. ...", "(a) ..."): one step of what its lead-in introduces, no part of a lead."""
 
@@ -642,6 +644,23 @@ def _joined(lead: Sequence[tuple[str, str]]) -> str:
     """A lead's sentences as one text: a line that ends unpunctuated (a manual page's summary) gets a full stop."""
     texts = [t for t, _ in lead]
     return " ".join(t if k == len(texts) - 1 or t[-1] in ".!?:;" else f"{t}." for k, t in enumerate(texts))
+
+
+def _named(lead: str, title: str) -> str:
+    """A lead that opens by pointing back ("This is the default strategy"), after the name of what it points to.
+
+    A definition, an option, an API entry or a manual page may speak of its subject as "this"; the subject is named
+    first ("ort: This is the default strategy ...") so that the answer says what it is about. The subject is the
+    nearest heading that is not a manual page's section name (NAME, DESCRIPTION: upper case), up to a qualifier
+    (`git-add(1) Manual Page` gives git-add).
+    """
+    if not _POINTS_BACK.match(lead):
+        return lead
+    for heading in reversed(title.split(TITLE_JOINER)):
+        name = _QUALIFIER.split(heading, maxsplit=1)[0].strip()
+        if name and not name.isupper():
+            return f"{name}: {lead}"
+    return lead
 
 
 def _subject(heading: str) -> set[str]:
