@@ -12,7 +12,7 @@ import numpy as np
 from tqdm import tqdm
 
 from fastcrag.datasets import LabelledQuestion
-from fastcrag.generation.generators import asks_for_explanation
+from fastcrag.generation.generators import answers_with_sentences
 from fastcrag.grading.conditions import conditioned, named_conditions
 from fastcrag.grading.reader import is_reader
 from fastcrag.grading.reranker import Reranker, checked_scores
@@ -20,7 +20,7 @@ from fastcrag.measures import auc
 from fastcrag.retrieval.embeddings import default_embeddings
 from fastcrag.retrieval.indexing import chunk_document
 from fastcrag.retrieval.store import FaissStore
-from fastcrag.retrieval.text import split_sentences
+from fastcrag.retrieval.text import split_sentences, split_title
 
 
 @dataclass(frozen=True)
@@ -117,9 +117,10 @@ def read_score(reranker: Reranker, question: str, ranked: Sequence[str], read_k:
     """A reader's best answer-span score over the first `read_k` of `ranked` passages.
 
     It is what the extractive generator compares with `reader_threshold`; None where it compares nothing: the
-    grader does not read, or the question asks how, why or what something is (answered by sentences, not a span).
+    grader does not read, or the generator answers with sentences, not a span (a question asking how, why or what
+    something is; over documentation, a titled chunk first, any question not asking for one fact).
     """
-    if not is_reader(reranker) or not ranked or asks_for_explanation(question):
+    if not is_reader(reranker) or not ranked or answers_with_sentences(question, bool(split_title(ranked[0])[0])):
         return None
     spans = reranker.read(question, list(ranked[:read_k]))  # type: ignore[attr-defined]
     return max((sp.score for sp in spans if sp is not None), default=0.0)

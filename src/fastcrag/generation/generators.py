@@ -19,13 +19,13 @@ from fastcrag.grading.reader import Span, is_reader
 from fastcrag.grading.reranker import Reranker, checked_scores
 from fastcrag.retrieval.lexical import terms
 from fastcrag.retrieval.sections import (
-    SECTION_REACH,
     FetchChunks,
     Part,
     chunk_number,
     part_holding,
     parts,
     section_before,
+    section_opening,
 )
 from fastcrag.retrieval.structure import prose, without_label
 from fastcrag.retrieval.text import TITLE_JOINER, sectioned, split_sentences, split_title, titled
@@ -173,6 +173,15 @@ def asks_for_fact(question: str) -> bool:
     return bool(_QUANTITY.match(q) or _FACT.match(q))
 
 
+def answers_with_sentences(question: str, documentation: bool) -> bool:
+    """Whether the extractive generator answers with sentences, not a reader's span (no `reader_threshold` then).
+
+    A question asking how, why or what something is; over documentation (`documentation`: the best passage is a
+    titled chunk, or a strip of one), every question not asking for one fact.
+    """
+    return asks_for_explanation(question) or (documentation and not asks_for_fact(question))
+
+
 def is_reference_line(sentence: str) -> bool:
     """Whether a line points elsewhere instead of saying something.
 
@@ -198,7 +207,8 @@ class ExtractiveGenerator:
     Over documentation (a titled chunk, or a strip of one) every question not asking for one fact is answered so.
     An explain answer from a documentation section opens with the section's lead (`LEAD_SENTENCES`, read back
     through `chunks` to where the section opened, and cited), then that section's best sentences; a question
-    about what a page is about, asked from one of its sub-sections, gets the page's opening instead (`_page_lead`).
+    about what a page or a parent section is about, asked from one of its sub-sections, gets that page's or
+    section's opening instead (`_ancestor_lead`).
 
     A documentation fragment (a note or version line, a keyword list, a table row, a grammar production, a title
     run into a grammar block) never opens an answer: where it would, an explain answer opens with its section's
@@ -249,7 +259,7 @@ class ExtractiveGenerator:
         if not passages:
             raise ValueError("no passage text to extract from")
         # documentation answers with what a section says, unless one fact is asked for
-        explain = asks_for_explanation(question) or (_documentation(passages[0]) and not asks_for_fact(question))
+        explain = answers_with_sentences(question, _documentation(passages[0]))
         if is_reader(self.reranker) and not explain:
             floor = self.refine_reader_threshold if ambiguous else self.reader_threshold
             return self._read(question, passages, floor if abstain else 0.0)  # raises below it
@@ -279,7 +289,7 @@ class ExtractiveGenerator:
         best = max((t for t in strips if t[2] in anchor), key=lambda t: t[0], default=max(strips, key=lambda t: t[0]))
         chunk, held = self._held(passages, best)  # the section part of the chunk the best sentence stands in
         led = (
-            (self._page_lead(question, passages, chunk, held) or self._section_lead(passages, best[2], chunk, held))
+            (self._ancestor_lead(question, passages, chunk, held) or self._section_lead(passages, best[2], chunk, held))
             if held is not None
             else None
         )
@@ -337,7 +347,7 @@ class ExtractiveGenerator:
         used, read = _cited(lead, ordered, passages)
         return _named(_joined(lead), held.title), used, Part(held.title, tuple(ordered), True), read
 
-    def _page_lead(
+    def _ancestor_lead(
         self, question: str, passages: Sequence[Mapping[str, Any]], chunk: str, held: Part
     ) -> tuple[str, list[int], Part, list[dict[str, Any]]] | None:
         """The lead of a page or section above the best sentence's whose subject the question names.
@@ -353,9 +363,9 @@ class ExtractiveGenerator:
         "What does git revert do?" is answered by the page git-revert's opening (its one-line summary and its
         description), not by the example or option that ranked best; "What is a tuple?" by the section Tuples'
         lead, not by its entry `class tuple([iterable])`. An ancestor's lead is its first `LEAD_SENTENCES` prose
-        sentences over the `PAGE_START` chunks from where it opens (a page at its first chunk; a section found
-        within `SECTION_REACH` chunks back), fetched by id; the section returned holds the sentences of the
-        sections the lead stands in (where support is drawn from).
+        sentences over the `PAGE_START` chunks from where it opens (a page at its first chunk; a section where
+        `section_opening` finds it), fetched by id; the section returned holds the sentences of the sections the
+        lead stands in (where support is drawn from).
         """
         number = chunk_number(chunk)
         headings = held.title.split(TITLE_JOINER)
@@ -368,7 +378,7 @@ class ExtractiveGenerator:
             named = bool(subject) and subject <= asked
             if not named and not (depth == 1 and number < PAGE_START):
                 continue
-            opened = 0 if depth == 1 else self._opening(prefix, number, ancestor)
+            opened = 0 if depth == 1 else section_opening(self._fetch, chunk, ancestor)
             if opened is None:
                 continue
             ordered: dict[str, int | Document] = {}
@@ -398,18 +408,6 @@ class ExtractiveGenerator:
                 Part(title, tuple(s for s in ordered if section_of[s] in sections), True),
                 read,
             )
-        return None
-
-    def _opening(self, prefix: str, number: int, title: str) -> int | None:
-        """The number of the chunk at or before chunk `number` where section `title` opens (None: out of reach)."""
-        ids = [f"{prefix}-{n}" for n in range(number, max(-1, number - 1 - SECTION_REACH), -1)]
-        found = {str(d.id or d.metadata.get("chunk_id")): d for d in self._fetch(ids)}
-        for n, wanted in zip(range(number, -1, -1), ids):
-            doc = found.get(wanted)
-            if doc is None:
-                return None
-            if any(p.title == title and p.opens for p in parts(doc.page_content)):
-                return n
         return None
 
     def _held(
@@ -555,7 +553,7 @@ def span_sentence(span: Span, passage: str) -> tuple[str, str | None]:
 LEAD_MIN_WORDS = 3
 """A sentence shorter than this (a list number, "See step 7 below") does not lead an answer."""
 PAGE_START = 2
-"""How many chunks from a page's start are read for the page's lead (`_page_lead`)."""
+"""How many chunks from a page's start are read for the page's lead (`_ancestor_lead`)."""
 _QUALIFIER = re.compile(r"\(|:| [-\u2013\u2014] ")
 """Where a page's heading turns from what it is about to a qualifier: a manual section, a subtitle."""
 LEAD_SENTENCES = 2

@@ -94,3 +94,27 @@ def section_before(fetch: FetchChunks, chunk: str, title: str, reach: int = SECT
         if any(p.opens for p in held):
             return chain
     return []
+
+
+def section_opening(fetch: FetchChunks, chunk: str, title: str, reach: int = SECTION_REACH) -> int | None:
+    """The number of the chunk, chunk `chunk` or one of the `reach` before it, where section `title` opens.
+
+    None when the id carries no number, a chunk on the way is missing, or the opening is out of reach. The chunks
+    between may hold the section's sub-sections only (a section above the one `chunk` stands in).
+    """
+    number = chunk_number(chunk)
+    if number is None:
+        return None
+    prefix = chunk.rpartition("-")[0]
+    wanted = list(range(number, max(-1, number - 1 - reach), -1))
+    try:
+        found = {str(d.id or d.metadata.get("chunk_id")): d for d in fetch([f"{prefix}-{n}" for n in wanted])}
+    except NotImplementedError:
+        return None
+    for n in wanted:
+        doc = found.get(f"{prefix}-{n}")
+        if doc is None:
+            return None
+        if any(p.title == title and p.opens for p in parts(doc.page_content)):
+            return n
+    return None
