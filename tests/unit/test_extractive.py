@@ -347,6 +347,10 @@ def test_a_lead_that_points_back_is_given_the_name_of_what_it_points_to() -> Non
     passages[0]["text"] = "merge(1) Manual Page \u203a DESCRIPTION\n\nThis command joins two histories by default."
     answer = ExtractiveGenerator(grader).generate("What does merge do by default?", passages)
     assert answer.text == "merge: This command joins two histories by default."
+    # a lead that points back but names its subject too stays as it is
+    passages[0]["text"] = "merge(1) Manual Page \u203a DESCRIPTION\n\nThese pages describe how merge joins histories."
+    answer = ExtractiveGenerator(grader).generate("What does merge do by default?", passages)
+    assert answer.text == "These pages describe how merge joins histories."
     # a lead that says what it speaks of stays as it is
     passages[0]["text"] = "merge(1) Manual Page \u203a DESCRIPTION\n\nMerge joins two histories by default."
     assert (

@@ -246,8 +246,12 @@ def test_a_label_free_draw_keeps_the_packaged_reader_floor_for_a_grader_that_rea
     assert drawn.thresholds.reader == 0.97 and drawn.intervals["reader_threshold"] == (0.97, 0.97)
     assert all(d.reader == 0.97 for d in drawn.draws) and "reader_threshold: the packaged one" in drawn.objective
     assert drawn.thresholds[:2] == rule(obs)[0][:2] and "lowered by 0.9 logits" in drawn.objective
+    # pseudo-questions all answered by sentences (over documentation): the floor stays for the factoids asked later
     unread = [Observation(o.kind, o.top_score, "c", "c", None, o.question) for o in obs]
-    assert fitmod._draw_label_free(unread, rule, 1, 0.0, packaged).thresholds.reader is None
+    assert fitmod._draw_label_free(unread, rule, 1, 0.0, packaged).thresholds.reader == 0.97
+    # a grader without a packaged floor (one that does not read) gets none
+    unfloored = packaged.model_copy(update={"reader_threshold": None})
+    assert fitmod._draw_label_free(unread, rule, 1, 0.0, unfloored).thresholds.reader is None
 
 
 def test_a_label_free_fit_refuses_what_it_cannot_do(tmp_path: Path, prose_index: Path) -> None:

@@ -81,8 +81,8 @@ def _draw_label_free(
     )
     drawn = draw_alone(obs, rule, seed, f"thresholds drawn on the pseudo-questions alone (label-free), {how}")
     floor = packaged.reader_threshold if packaged is not None else None
-    if floor is None or not any(o.span_score is not None for o in obs):
-        return drawn
+    if floor is None:
+        return drawn  # a grader without a packaged floor (one that does not read)
     return with_reader(
         drawn,
         floor,

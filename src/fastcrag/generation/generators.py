@@ -648,16 +648,17 @@ def _named(lead: str, title: str) -> str:
     """A lead that opens by pointing back ("This is the default strategy"), after the name of what it points to.
 
     A definition, an option, an API entry or a manual page may speak of its subject as "this"; the subject is named
-    first ("ort: This is the default strategy ...") so that the answer says what it is about. The subject is the
-    nearest heading that is not a manual page's section name (NAME, DESCRIPTION: upper case), up to a qualifier
-    (`git-add(1) Manual Page` gives git-add).
+    first ("ort: This is the default strategy ...") so that the answer says what it is about, unless the sentence
+    names it itself. The subject is the nearest heading that is not a manual page's section name (NAME,
+    DESCRIPTION: upper case), up to a qualifier (`git-add(1) Manual Page` gives git-add).
     """
     if not _POINTS_BACK.match(lead):
         return lead
     for heading in reversed(title.split(TITLE_JOINER)):
         name = _QUALIFIER.split(heading, maxsplit=1)[0].strip()
         if name and not name.isupper():
-            return f"{name}: {lead}"
+            named = set(terms(name)) <= set(terms(split_sentences(lead)[0]))  # "These ... of Joubert syndrome"
+            return lead if named else f"{name}: {lead}"
     return lead
 
 
