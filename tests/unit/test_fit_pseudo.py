@@ -124,6 +124,9 @@ def test_utility_and_blend() -> None:
     mixed = blend(Thresholds(0.6, 0.8, 0.3), Thresholds(0.2, 0.4, None), 0.25)
     assert mixed.lower == pytest.approx(0.3) and mixed.upper == pytest.approx(0.5) and mixed.reader is None
     assert blend(Thresholds(0.6, 0.5), Thresholds(0.2, 0.3), 1.0).upper == 0.6  # never below the lower edge
+    # a floor the labels could not draw (none of theirs answered by a span) is the prior's, whatever their weight
+    assert blend(Thresholds(0.6, 0.8, None), Thresholds(0.2, 0.4, 0.9), 1.0).reader == 0.9
+    assert blend(Thresholds(0.6, 0.8, 0.3), Thresholds(0.2, 0.4, None), 0.5).reader == 0.3
 
 
 def draw(obs: Sequence[Observation]) -> tuple[Thresholds, str]:

@@ -62,7 +62,8 @@ def utility(obs: Sequence[Observation], t: Thresholds) -> float:
 def blend(labelled: Thresholds, prior: Thresholds, weight: float) -> Thresholds:
     """`weight` of the labelled thresholds and the rest of the prior's.
 
-    A reader floor only one side has is that side's when it weighs at least half.
+    A reader floor the labels could not draw (None: too few of their questions are answered by a span) is the
+    prior's; one only the labels have is theirs when they weigh at least half.
     """
 
     def mix(a: float, b: float) -> float:
@@ -71,7 +72,7 @@ def blend(labelled: Thresholds, prior: Thresholds, weight: float) -> Thresholds:
     if labelled.reader is not None and prior.reader is not None:
         reader: float | None = mix(labelled.reader, prior.reader)
     else:
-        reader = labelled.reader if weight >= 0.5 else prior.reader
+        reader = labelled.reader if labelled.reader is not None and weight >= 0.5 else prior.reader
     lower = mix(labelled.lower, prior.lower)
     return Thresholds(lower, max(lower, mix(labelled.upper, prior.upper)), reader)
 
