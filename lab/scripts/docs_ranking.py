@@ -2,8 +2,10 @@
 
 How often a right page is first among the top 10 by the first pass, by the grader's own order, and by the order
 fused at each `rerank_weight`. The "before" figures: `--index` an index built at the earlier commit (its chunker).
+With `--near-miss`, also each question as a near miss (its right pages taken out of the candidates, the next ones
+graded in their place): the median best grade of the candidates with and without them.
 
-    python -m lab.scripts.docs_ranking --questions tests/data/docs_devset_python.jsonl [--index IDX] [-v]
+    python -m lab.scripts.docs_ranking --questions tests/data/docs_devset_python.jsonl [--index IDX] [--near-miss] [-v]
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from statistics import median
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))  # the project's own code, installed or not
 
@@ -30,17 +33,24 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--questions", type=Path, required=True, help="a `fastcrag eval docs` question set (JSONL)")
     ap.add_argument("--index", type=Path, help="index folder (default: the embedded Python reference)")
+    ap.add_argument("--near-miss", action="store_true", help="also grade each question without its right pages")
     ap.add_argument("-v", "--verbose", action="store_true", help="one line per question")
     args = ap.parse_args(argv)
     parts = Components(Settings(index_dir=args.index) if args.index else Settings())
     retriever, grader = parts.retriever(), parts.reranker()
     assert isinstance(retriever, HybridRetriever)
-    counts = {"questions": 0, "first_pass": 0, **{f"order_{w:g}": 0 for w in WEIGHTS}}
+    counts: dict[str, float] = {"questions": 0, "first_pass": 0, **{f"order_{w:g}": 0 for w in WEIGHTS}}
+    grades: dict[str, list[float]] = {"with": [], "without": []}
     for q in load_questions(args.questions):
-        docs = retriever.search(q.question, k=POOL)[0][:DEPTH]
+        pool = retriever.search(q.question, k=POOL)[0]
+        docs = pool[:DEPTH]
         sources = [str(d.metadata.get("source", "")) for d in docs]
         right = [any(source_matches(s, want) for want in q.sources) for s in sources]
         scores = grader.score(q.question, [d.page_content for d in docs])
+        if args.near_miss:
+            rest = [d for d in pool if not any(source_matches(str(d.metadata.get("source", "")), w) for w in q.sources)]
+            grades["with"].append(max(scores, default=0.0))
+            grades["without"].append(max(grader.score(q.question, [d.page_content for d in rest[:DEPTH]]), default=0.0))
         counts["questions"] += 1
         counts["first_pass"] += bool(right and right[0])
         for w in WEIGHTS:
@@ -48,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.verbose:
             best = max(range(len(scores)), key=scores.__getitem__, default=0)
             print(f"{q.id}: first pass {sources[:1]}, grader {sources[best : best + 1]} | {q.question}")
+    if args.near_miss:
+        counts |= {f"median_best_grade_{k}_right_pages": round(float(median(v)), 3) for k, v in grades.items() if v}
     print(json.dumps(counts))
     return 0
 
