@@ -22,6 +22,7 @@ from fastcrag.retrieval.sections import (
     FetchChunks,
     Part,
     chunk_number,
+    fetched_id,
     part_holding,
     parts,
     section_before,
@@ -385,7 +386,7 @@ class ExtractiveGenerator:
             section_of: dict[str, str] = {}
             for doc in sorted(
                 self._fetch([f"{prefix}-{n}" for n in range(opened, opened + PAGE_START)]),
-                key=lambda d: chunk_number(str(d.id or d.metadata.get("chunk_id"))) or 0,
+                key=lambda d: chunk_number(fetched_id(d)) or 0,
             ):
                 for part in parts(doc.page_content):
                     if part.title != ancestor and not part.title.startswith(ancestor + TITLE_JOINER):
@@ -628,7 +629,7 @@ def _cited(
     for _, sentence in lead:
         where = ordered[sentence]
         if isinstance(where, Document):
-            chunk_id = str(where.id or where.metadata.get("chunk_id"))
+            chunk_id = fetched_id(where)
             if chunk_id not in known:
                 known[chunk_id] = len(passages) + len(read)
                 read.append({"chunk_id": chunk_id, "source": str(where.metadata.get("source", ""))})

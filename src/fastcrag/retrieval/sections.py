@@ -68,6 +68,28 @@ def part_holding(text: str, sentence: str) -> Part | None:
     return next((p for p in parts(text) if any(want in s or s in want for s in p.sentences if s)), None)
 
 
+def fetched_id(doc: Document) -> str:
+    """The chunk id of a chunk fetched by id (`Document.id`, else its `chunk_id` metadata)."""
+    return str(doc.id or doc.metadata.get("chunk_id"))
+
+
+def _looking_back(fetch: FetchChunks, chunk: str, reach: int, *, itself: bool) -> list[tuple[int, Document | None]]:
+    """Chunk `chunk` (with `itself`) and the `reach` before it, nearest first, fetched in one call: (number, chunk).
+
+    A chunk not found is None; none at all when the id carries no number or `fetch` cannot fetch by id.
+    """
+    number = chunk_number(chunk)
+    if number is None:
+        return []
+    prefix = chunk.rpartition("-")[0]
+    numbers = range(number if itself else number - 1, max(-1, number - 1 - reach), -1)
+    try:
+        found = {fetched_id(d): d for d in fetch([f"{prefix}-{n}" for n in numbers])}
+    except NotImplementedError:
+        return []
+    return [(n, found.get(f"{prefix}-{n}")) for n in numbers]
+
+
 def section_before(fetch: FetchChunks, chunk: str, title: str, reach: int = SECTION_REACH) -> list[Document]:
     """The chunks before chunk `chunk` that hold section `title`, from the one where it opens, in reading order.
 
@@ -75,18 +97,8 @@ def section_before(fetch: FetchChunks, chunk: str, title: str, reach: int = SECT
     carries no number, the section's opening is out of reach, the chain breaks (a chunk missing, or one outside the
     section) or `fetch` cannot fetch by id.
     """
-    number = chunk_number(chunk)
-    if number is None or number == 0:
-        return []
-    prefix = chunk.rpartition("-")[0]
-    ids = [f"{prefix}-{n}" for n in range(number - 1, max(-1, number - 1 - reach), -1)]
-    try:
-        found = {str(d.id or d.metadata.get("chunk_id")): d for d in fetch(ids)}
-    except NotImplementedError:
-        return []
     chain: list[Document] = []
-    for wanted in ids:
-        doc = found.get(wanted)
+    for _, doc in _looking_back(fetch, chunk, reach, itself=False):
         held = [p for p in parts(doc.page_content) if p.title == title] if doc is not None else []
         if doc is None or not held:
             return []
@@ -102,17 +114,7 @@ def section_opening(fetch: FetchChunks, chunk: str, title: str, reach: int = SEC
     None when the id carries no number, a chunk on the way is missing, or the opening is out of reach. The chunks
     between may hold the section's sub-sections only (a section above the one `chunk` stands in).
     """
-    number = chunk_number(chunk)
-    if number is None:
-        return None
-    prefix = chunk.rpartition("-")[0]
-    wanted = list(range(number, max(-1, number - 1 - reach), -1))
-    try:
-        found = {str(d.id or d.metadata.get("chunk_id")): d for d in fetch([f"{prefix}-{n}" for n in wanted])}
-    except NotImplementedError:
-        return None
-    for n in wanted:
-        doc = found.get(f"{prefix}-{n}")
+    for n, doc in _looking_back(fetch, chunk, reach, itself=True):
         if doc is None:
             return None
         if any(p.title == title and p.opens for p in parts(doc.page_content)):
