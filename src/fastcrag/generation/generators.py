@@ -656,19 +656,24 @@ def _named(lead: str, title: str) -> str:
     if not _POINTS_BACK.match(lead):
         return lead
     for heading in reversed(title.split(TITLE_JOINER)):
-        name = _QUALIFIER.split(heading, maxsplit=1)[0].strip()
+        name = _name(heading)
         if name and not name.isupper():
-            named = set(terms(name)) <= set(terms(split_sentences(lead)[0]))  # "These ... of Joubert syndrome"
+            named = _subject(heading) <= set(terms(split_sentences(lead)[0]))  # "These ... of Joubert syndrome"
             return lead if named else f"{name}: {lead}"
     return lead
 
 
+def _name(heading: str) -> str:
+    """What a page or section is about, as its heading names it: the heading up to a qualifier."""
+    return _QUALIFIER.split(heading, maxsplit=1)[0].strip()
+
+
 def _subject(heading: str) -> set[str]:
-    """The terms of what a page or section is about: its heading, up to a qualifier.
+    """The terms of what a page or section is about (`_name`).
 
     "git-revert(1) Manual Page" gives git, revert; "Sequence Types — list, tuple, range" gives sequence, type.
     """
-    return set(terms(_QUALIFIER.split(heading, maxsplit=1)[0]))
+    return set(terms(_name(heading)))
 
 
 def _chunk_number(passage: Mapping[str, Any]) -> int:
