@@ -22,19 +22,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))  # the project's own code, installed or not
 
+from fastcrag.fitting.pseudo import logit
 from fastcrag.retrieval.hybrid import fused_order
-
-_EDGE = 1e-4
 
 
 def prior_order(scores: Sequence[float], a: float) -> list[int]:
     """Candidates given in first-pass order, by the grade's logit minus `a` * log(first-pass rank)."""
-
-    def key(i: int) -> float:
-        p = min(max(scores[i], _EDGE), 1 - _EDGE)
-        return math.log(p / (1 - p)) - a * math.log(i + 1)
-
-    return sorted(range(len(scores)), key=key, reverse=True)
+    return sorted(range(len(scores)), key=lambda i: logit(scores[i]) - a * math.log(i + 1), reverse=True)
 
 
 def _rrf(weight: float) -> Callable[[Sequence[float]], list[int]]:

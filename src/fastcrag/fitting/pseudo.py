@@ -203,7 +203,8 @@ _EDGE = 1e-6
 """Grades are clipped this far from 0 and 1 before taking logits (a conditioned-out chunk grades 0)."""
 
 
-def _logit(p: float) -> float:
+def logit(p: float) -> float:
+    """The log-odds of a grade, clipped `_EDGE` from 0 and 1 (`sigmoid`'s inverse)."""
     p = min(max(p, _EDGE), 1 - _EDGE)
     return math.log(p / (1 - p))
 
@@ -219,7 +220,7 @@ def measure_shift(real: Sequence[float], pseudo: Sequence[float]) -> float:
     """
     if not real or not pseudo:
         raise ValueError("measuring the pseudo-question shift needs real and pseudo-question grades")
-    gap = float(np.median([_logit(p) for p in real]) - np.median([_logit(p) for p in pseudo]))
+    gap = float(np.median([logit(p) for p in real]) - np.median([logit(p) for p in pseudo]))
     return min(0.0, round(gap, 4))
 
 
@@ -227,4 +228,4 @@ def shift_scores(obs: Sequence[Observation], shift: float) -> list[Observation]:
     """`obs` with every top grade moved by `shift` logits (the order of the grades, and so AUCs, unchanged)."""
     if not shift:
         return list(obs)
-    return [replace(o, top_score=sigmoid(_logit(o.top_score) + shift)) for o in obs]
+    return [replace(o, top_score=sigmoid(logit(o.top_score) + shift)) for o in obs]
