@@ -357,3 +357,37 @@ def test_a_lead_that_points_back_is_given_the_name_of_what_it_points_to() -> Non
         ExtractiveGenerator(grader).generate("What does merge do?", passages).text
         == passages[0]["text"].split("\n\n")[1]
     )
+
+
+def test_how_something_works_is_answered_with_the_steps_its_section_goes_on_to() -> None:
+    chunks = (
+        ("frob-0", FROB_OPENING),
+        (
+            "frob-1",
+            "The frob statement (continued)\n\nThe execution of a frob statement proceeds as follows:\n\n"
+            "1. The widget is weighed.\n\n2.",
+        ),
+        (
+            "frob-2",
+            "The frob statement (continued)\n\n2. The widget is painted gold.\n\n3. The gadget is returned.\n\n"
+            "Frobbing is fast. It never fails.",
+        ),
+        ("frob-3", "The zap statement\n\nThe zap statement undoes a frob. It is rarely used."),
+    )
+    grader = ScriptedReranker({"turns widgets": 0.9})
+    passages = [{"chunk_id": "frob-0", "text": FROB_OPENING, "source": "frob.md", "score": 0.9}]
+    gen = ExtractiveGenerator(grader, chunks=_store(*chunks))  # type: ignore[arg-type]
+    answer = gen.generate("How does the frob statement work?", passages)
+    # the lead's first sentence, then the steps, numbered, read on through the section's next chunks (cited);
+    # the prose after the steps and the next section are not part of them
+    assert answer.text == (
+        "The frob statement turns widgets into gadgets. The execution of a frob statement proceeds as follows: "
+        "1. The widget is weighed. 2. The widget is painted gold. 3. The gadget is returned."
+    )
+    assert answer.used == [0, 1, 2] and [r["chunk_id"] for r in answer.read] == ["frob-1", "frob-2"]
+    # any other question: the section's lead and its best sentences, as before
+    answer = gen.generate("What does the frob statement do?", passages)
+    assert answer.text == "The frob statement turns widgets into gadgets. It takes one widget." and answer.read == ()
+    # a section that describes no steps: the same
+    plain = ExtractiveGenerator(grader, chunks=_store(chunks[0], chunks[3]))  # type: ignore[arg-type]
+    assert plain.generate("How does the frob statement work?", passages).read == ()

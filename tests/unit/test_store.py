@@ -173,7 +173,7 @@ def test_html_loader_drops_page_furniture(tmp_path: Path) -> None:
 
 
 def test_get_by_ids_and_where_a_section_opens(tmp_path: Path) -> None:
-    from fastcrag.retrieval.sections import part_holding, parts, section_before
+    from fastcrag.retrieval.sections import part_holding, parts, section_before, section_onward
     from fastcrag.retrieval.text import CONTINUED, split_title
 
     build(tmp_path, [SECTIONED, *DOCS])
@@ -195,6 +195,10 @@ def test_get_by_ids_and_where_a_section_opens(tmp_path: Path) -> None:
     assert section_before(store.get_by_ids, ids[-2], ALPHA, reach=1) == []  # the opening is out of reach
     assert section_before(store.get_by_ids, ids[0], ALPHA) == []  # chunk 0 has nothing before it
     assert section_before(store.get_by_ids, "no-number", ALPHA) == []
+    # onward: the chunk and the ones after it that continue its section, up to the next section's chunk
+    assert [d.id for d in section_onward(store.get_by_ids, ids[0], ALPHA, reach=len(ids))] == ids[:-1]
+    assert [d.id for d in section_onward(store.get_by_ids, ids[0], ALPHA, reach=1)] == ids[:2]
+    assert section_onward(store.get_by_ids, ids[-1], ALPHA) == [] and section_onward(store.get_by_ids, "x", BETA) == []
     store.delete([ids[1]])  # the map from ids to rows follows the store: the chain is broken
     assert store.get_by_ids([ids[1]]) == [] and section_before(store.get_by_ids, ids[2], ALPHA) == []
 

@@ -26,6 +26,7 @@ from fastcrag.retrieval.sections import (
     part_holding,
     parts,
     section_before,
+    section_onward,
     section_opening,
 )
 from fastcrag.retrieval.structure import prose, without_label
@@ -296,9 +297,21 @@ class ExtractiveGenerator:
         )
         if led is not None:
             lead, used, section, read = led
+            opened = str([*passages, *read][used[0]].get("chunk_id") or "")  # where the lead stands
+            steps = self._procedure(opened, section.title) if asks_how_it_works(question) else []
+            if steps:  # how it works: the lead's first sentence, then the steps the section goes on to
+                first = split_sentences(lead)[0]
+                opening = [] if steps[0][0] in first else [first]  # the lead may be what introduces the steps
+                taken = _within([*opening, *(text for text, _ in steps)], EXPLAIN_WORDS)
+                for _, doc in steps[: len(taken) - len(opening)]:
+                    where = _placed(doc, passages, read)
+                    used += [] if where in used else [where]
+                lead = _joined([(text, text) for text in taken])
             if read:  # chunks the passages do not hold: cited, with the lead graded under its title
                 score = checked_scores(self.reranker, question, [titled(section.title, lead)])[0]
                 read = [{**r, "score": score} for r in read]
+            if steps:
+                return Answer(lead, used, read=tuple(read))
             support = sorted((t for t in strips if _normalised(t[1]) in section.sentences), key=lambda t: -t[0])
             answer = self._led((lead, used[0], 0), support, used)
             return Answer(answer.text, answer.used, read=tuple(read))
@@ -410,6 +423,40 @@ class ExtractiveGenerator:
                 read,
             )
         return None
+
+    def _procedure(self, chunk: str, title: str) -> list[tuple[str, Document]]:
+        """The steps section `title` goes on to from chunk `chunk`: a line introducing them, then the numbered steps.
+
+        Read through the chunks that continue the section (`section_onward`): the first prose sentence ending in a
+        colon that a numbered step follows ("The execution of the with statement proceeds as follows:"), then the
+        steps after it (a step's first sentence), each with the chunk it stands in. None when the section describes no
+        steps there.
+        """
+        ordered: dict[str, Document] = {}
+        for doc in section_onward(self._fetch, chunk, title):
+            for part in parts(doc.page_content):
+                if part.title == title:
+                    for sentence in part.sentences:
+                        ordered.setdefault(sentence, doc)
+        sentences = list(ordered)
+        for i, sentence in enumerate(sentences[:-1]):
+            intro = prose(sentence)
+            if intro is None or not intro.endswith(":") or not _STEP.match(sentences[i + 1].strip()):
+                continue
+            steps, number = [(intro, ordered[sentence])], ""
+            for later in sentences[i + 1 :]:
+                text = prose(later)
+                if text is None:
+                    break  # code or a table: the steps' prose ends
+                if _STEP.fullmatch(text.strip()):
+                    number = text.strip()  # a step's number stands alone: it goes before the step's sentence
+                elif number or _STEP.match(text):
+                    steps.append((f"{number} {text}" if number else text, ordered[later]))
+                    number = ""
+                else:
+                    break  # the steps end: what follows speaks of them, or of something else
+            return steps if len(steps) > 1 else []
+        return []
 
     def _held(
         self, passages: Sequence[Mapping[str, Any]], best: tuple[float, str, int, int]
@@ -565,6 +612,39 @@ _POINTS_BACK = re.compile(r"^(this|these)\s", re.IGNORECASE)
 """A sentence that opens by pointing back to what it speaks of ("This is the default ...", "These hold ...")."""
 _LIST_ITEM = re.compile(r"^(?:[*\u2022-]|\d{1,2}[.)]|\([a-z0-9]\))\s")
 """A list item ("* ...", "1. ...", "(a) ..."): one step of what its lead-in introduces, no part of a lead."""
+
+
+_STEP = re.compile(r"\d{1,2}[.)](\s|$)")
+"""A numbered step ("1. The context expression is evaluated ...")."""
+_WORKS = re.compile(
+    r"^how\s+(does|do|is|are)\b.*\b(works?|proceeds?|runs?|executes?|executed|happens?|carried out)\s*\??$"
+)
+
+
+def asks_how_it_works(question: str) -> bool:
+    """Whether a question asks how something works or proceeds ("How does the with statement work?")."""
+    return bool(_WORKS.match(" ".join(question.casefold().split())))
+
+
+def _within(texts: Sequence[str], words: int) -> list[str]:
+    """The first of `texts` and as many after it, in order, as keep the total within `words` words."""
+    kept, total = [texts[0]], len(texts[0].split())
+    for text in texts[1:]:
+        total += len(text.split())
+        if total > words:
+            break
+        kept.append(text)
+    return kept
+
+
+def _placed(doc: Document, passages: Sequence[Mapping[str, Any]], read: list[dict[str, Any]]) -> int:
+    """Where a chunk read by id stands among the passages, then the chunks `read` (added to them when new)."""
+    chunk_id = fetched_id(doc)
+    for i, p in enumerate([*passages, *read]):
+        if str(p.get("chunk_id")) == chunk_id:
+            return i
+    read.append({"chunk_id": chunk_id, "source": str(doc.metadata.get("source", ""))})
+    return len(passages) + len(read) - 1
 
 
 def _normalised(text: str) -> str:

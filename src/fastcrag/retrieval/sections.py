@@ -17,6 +17,8 @@ from fastcrag.retrieval.text import CONTINUED, sectioned, split_title
 
 SECTION_REACH = 8
 """How many chunks before a chunk are looked at for the opening of the section it continues."""
+ONWARD_REACH = 3
+"""How many chunks after a chunk are read for the rest of its section (`section_onward`)."""
 
 FetchChunks = Callable[[Sequence[str]], Sequence[Document]]
 """Chunks by id, as LangChain's `VectorStore.get_by_ids`: the ids found, unknown ones left out."""
@@ -120,3 +122,28 @@ def section_opening(fetch: FetchChunks, chunk: str, title: str, reach: int = SEC
         if any(p.title == title and p.opens for p in parts(doc.page_content)):
             return n
     return None
+
+
+def section_onward(fetch: FetchChunks, chunk: str, title: str, reach: int = ONWARD_REACH) -> list[Document]:
+    """Chunk `chunk` and the chunks after it that continue section `title`, in reading order (one `fetch`).
+
+    At most `reach` chunks after it; the chain ends at a chunk missing or one where the section does not go on. None
+    when the id carries no number, `chunk` holds no part of the section, or `fetch` cannot fetch by id.
+    """
+    number = chunk_number(chunk)
+    if number is None:
+        return []
+    prefix = chunk.rpartition("-")[0]
+    numbers = range(number, number + reach + 1)
+    try:
+        found = {fetched_id(d): d for d in fetch([f"{prefix}-{n}" for n in numbers])}
+    except NotImplementedError:
+        return []
+    chain: list[Document] = []
+    for n in numbers:
+        doc = found.get(f"{prefix}-{n}")
+        held = [p for p in parts(doc.page_content) if p.title == title] if doc is not None else []
+        if doc is None or not held or (chain and held[0].opens):
+            break
+        chain.append(doc)
+    return chain
