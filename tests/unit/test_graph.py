@@ -152,6 +152,31 @@ def test_refine_with_no_surviving_strip_uses_the_ranking() -> None:
     assert MIXED in chat.prompts[-1]
 
 
+@pytest.mark.parametrize("top_n", [1, 2])
+def test_refine_reads_the_strips_of_a_top_chunk_graded_below_the_threshold(top_n: int) -> None:
+    # the whole chunk grades INCORRECT (its side sentence pulls it down); its answering sentence, graded alone, passes
+    low = "The Eiffel Tower is 330 metres tall. Bread is sold daily."
+    scores = {"Bread is sold daily": 0.1, "330 metres": 0.6, "museums": 0.5}
+    graph, reranker, chat, _ = make(scores, docs=[doc("Paris has many museums.", "p1"), doc(low, "x1")], top_n=top_n)
+    out = graph.invoke({"question": "How tall is the Eiffel Tower?"})
+    crag = out["crag"]
+    assert crag["band"] == "AMBIGUOUS" and crag["action"] == "refine"
+    assert [(v["chunk_id"], v["verdict"]) for v in crag["verdicts"]] == [("p1", "AMBIGUOUS"), ("x1", "INCORRECT")]
+    read = [text for _, texts in reranker.calls[1:] for text in texts]
+    assert ("The Eiffel Tower is 330 metres tall." in read) == (top_n == 2)  # only the graph's first top_n are read
+    assert ("330 metres tall" in chat.prompts[-1]) == (top_n == 2)
+    assert "Bread" not in chat.prompts[-1]  # the chunk itself never reaches the generator
+
+
+def test_a_short_strip_of_a_chunk_graded_below_the_threshold_is_dropped() -> None:
+    low = "Tall: 330 m. Bread is sold daily in every shop of the city."
+    scores = {"Bread is sold daily": 0.1, "330": 0.6, "museums": 0.5}
+    docs = [doc("Paris has many museums and galleries.", "p1"), doc(low, "x1")]
+    graph, _, chat, _ = make(scores, docs=docs, crag_strip_min_tokens=8)
+    out = graph.invoke({"question": "How tall?"})
+    assert out["crag"]["action"] == "refine" and "330" not in chat.prompts[-1] and "Bread" not in chat.prompts[-1]
+
+
 def test_refine_reads_each_strip_under_its_own_sections_title() -> None:
     text = "Guide \u203a Alpha\n\nAlpha is first.\n\nGuide \u203a Beta\n\nBeta is second."
     graph, reranker, _, _ = make({"Alpha is first": 0.4}, docs=[doc(text, "g-0")])

@@ -1,4 +1,4 @@
-"""Node `refine`: split the usable chunks into sentence strips, re-score them, keep the strips that pass."""
+"""Node `refine`: split the best chunks into sentence strips, re-score them, keep the strips that pass."""
 
 from __future__ import annotations
 
@@ -14,27 +14,41 @@ from fastcrag.graph.state import Candidate, Passage, State
 from fastcrag.retrieval.text import count_tokens, sectioned, titled
 
 
+def _passage(c: Candidate) -> Passage:
+    return {"chunk_id": c["chunk_id"], "source": c["source"], "text": c["text"], "score": c["score"]}
+
+
 def usable(candidates: Sequence[Candidate], threshold: float) -> list[Passage]:
     """The candidates graded at or above `threshold`, as passages, in their order."""
-    return [
-        {"chunk_id": c["chunk_id"], "source": c["source"], "text": c["text"], "score": c["score"]}
-        for c in candidates
-        if c["score"] >= threshold
-    ]
+    return [_passage(c) for c in candidates if c["score"] >= threshold]
+
+
+def readable(candidates: Sequence[Candidate], cfg: RunConfig) -> list[Passage]:
+    """The chunks refinement splits: the usable ones and the graph's first `top_n`, in their order; `2 * top_n` at most.
+
+    A chunk's grade is one reading of all of it: a grammar block, a table or a side case beside the sentence that
+    answers pulls it down ("Await expression: Suspend the execution of coroutine ..." 0.40 for "What does await
+    do?"). The graph still ranks such a chunk among its best (the first pass's order mixed in), so its strips are
+    graded alone; only strips reaching `reranker_threshold` are kept, never the chunk.
+    """
+    first = {c["chunk_id"] for c in candidates[: cfg.top_n] if not c.get("ungraded")}
+    chosen = [c for c in candidates if c["score"] >= cfg.reranker_threshold or c["chunk_id"] in first]
+    return [_passage(c) for c in chosen[: 2 * cfg.top_n]]
 
 
 def strips(
     reranker: Reranker, query: str, candidates: Sequence[Candidate], cfg: RunConfig
 ) -> tuple[list[Passage], int]:
-    """The passages refinement keeps of the usable `candidates`, scored against `query`, and the strips kept.
+    """The passages refinement keeps of the `readable` candidates, scored against `query`, and the strips kept.
 
     Strips scoring >= reranker_threshold are kept, recomposed in reading order (the best-ranked chunk's strips first);
-    a kept strip that is too short keeps its whole chunk. No passage: nothing survived.
+    a kept strip that is too short keeps its whole chunk, unless that chunk graded below reranker_threshold (then
+    the strip is dropped: such a chunk never reaches the generator). No passage: nothing survived.
 
     Raises:
         RerankerError: the reranker failed.
     """
-    chunks = usable(candidates, cfg.reranker_threshold)[: 2 * cfg.top_n]
+    chunks = readable(candidates, cfg)
     pieces = [(s, c, section) for c in chunks for section, s in sectioned(c["text"])]
     # a strip is read under its section's title, as its chunk was
     scores = checked_scores(reranker, query, [titled(section, s) for s, _, section in pieces])
@@ -46,7 +60,8 @@ def strips(
         if n >= cfg.crag_strip_min_tokens:
             passage: Passage = {"chunk_id": chunk["chunk_id"], "source": chunk["source"], "text": strip, "score": score}
             context.append(passage | {"strip": True, "section": section})
-        elif chunk["chunk_id"] not in whole:  # too short to stand alone: its chunk stands in
+        elif chunk["chunk_id"] not in whole and chunk["score"] >= cfg.reranker_threshold:
+            # too short to stand alone: its chunk stands in
             whole.add(chunk["chunk_id"])
             context.append({**chunk, "score": score})
     return context, len(kept)
