@@ -391,3 +391,24 @@ def test_how_something_works_is_answered_with_the_steps_its_section_goes_on_to()
     # a section that describes no steps: the same
     plain = ExtractiveGenerator(grader, chunks=_store(chunks[0], chunks[3]))  # type: ignore[arg-type]
     assert plain.generate("How does the frob statement work?", passages).read == ()
+
+
+def test_an_explain_answer_is_read_from_the_best_ranked_chunk_that_says_it_in_prose() -> None:
+    table = (
+        "Operator precedence\n\nThe following table lists the operators by precedence.\n\n"
+        'Operator: "in", "not in"; Description: Membership tests'
+    )
+    prose_chunk = "Membership test operations\n\nThe operators in and not in test for membership. They return a bool."
+    grader = ScriptedReranker({"Operator:": 0.9, "test for membership": 0.7, "table lists": 0.3, "bool": 0.2})
+    passages = [
+        {"chunk_id": "ops-3", "text": table, "source": "ops.md", "score": 0.9},
+        {"chunk_id": "in-0", "text": prose_chunk, "source": "in.md", "score": 0.8},
+    ]
+    question = "What do the in and not in operators do?"
+    answer = ExtractiveGenerator(grader).generate(question, passages)
+    # the table's row ranks first: not the table's lead, but the next chunk, which says it in prose
+    assert answer.text.startswith("The operators in and not in test for membership.") and answer.used[0] == 1
+    # with no chunk saying it in prose, the best-ranked chunk stands: its section's lead
+    rows = {"chunk_id": "ops-4", "text": table.replace("Membership", "Identity"), "source": "ops.md", "score": 0.8}
+    answer = ExtractiveGenerator(grader).generate(question, [passages[0], rows])
+    assert answer.text.startswith("The following table lists the operators by precedence.") and answer.used[0] == 0

@@ -284,10 +284,11 @@ class ExtractiveGenerator:
     ) -> Answer:
         """The lead of the best sentence's section, then that section's best sentences; never a fragment first.
 
-        The best sentence is the best-ranked chunk's. Without a documentation section (an untitled chunk), the best
-        chunk's best sentences in reading order, led by the page's first prose where a fragment would open them.
+        The best sentence is the best-ranked chunk's that says it in prose (`_anchor`). Without a documentation section
+        (an untitled chunk), that chunk's best sentences in reading order, led by the page's first prose where a
+        fragment would open them.
         """
-        anchor = _anchor(passages)
+        anchor = _anchor(passages, strips)
         best = max((t for t in strips if t[2] in anchor), key=lambda t: t[0], default=max(strips, key=lambda t: t[0]))
         chunk, held = self._held(passages, best)  # the section part of the chunk the best sentence stands in
         led = (
@@ -762,10 +763,22 @@ def _chunk_number(passage: Mapping[str, Any]) -> int:
     return int(tail) if tail.isdigit() else 1 << 30
 
 
-def _anchor(passages: Sequence[Mapping[str, Any]]) -> set[int]:
-    """The passages of the best-ranked chunk (the first passage's; refined strips of one chunk share its id)."""
-    first = passages[0].get("chunk_id")
-    return {i for i, p in enumerate(passages) if first is not None and p.get("chunk_id") == first} or {0}
+def _anchor(passages: Sequence[Mapping[str, Any]], strips: Sequence[tuple[float, str, int, int]]) -> set[int]:
+    """The passages of the chunk an explain answer is read from: the best-ranked one whose best sentence has prose.
+
+    Refined strips of one chunk share its id. A chunk whose best sentence says nothing in prose (a table row, a
+    grammar production, a version line: an operator table's row for "What do the in and not in operators do?")
+    yields to the next one ranked that does; a note's words after its label are prose. With none, the best-ranked
+    chunk (the first passage's) stands.
+    """
+    chunks: dict[object, set[int]] = {}
+    for i, p in enumerate(passages):
+        chunks.setdefault(p.get("chunk_id") if p.get("chunk_id") is not None else f"#{i}", set()).add(i)
+    for indices in chunks.values():
+        mine = [t for t in strips if t[2] in indices]
+        if mine and prose(without_label(max(mine, key=lambda t: t[0])[1])) is not None:
+            return indices
+    return next(iter(chunks.values()), {0})
 
 
 def _documentation(passage: Mapping[str, Any]) -> bool:
