@@ -330,7 +330,7 @@ def test_a_pages_one_line_opening_goes_on_into_its_description() -> None:
     assert answer.text.startswith("frob - Turn widgets into gadgets. Frob turns each widget it is given into a gadget.")
 
 
-def test_a_lead_that_points_back_is_given_the_name_of_what_it_points_to() -> None:
+def test_a_lead_that_does_not_name_its_subject_is_given_its_name() -> None:
     grader = ScriptedReranker({"default": 0.9, "heads": 0.5})
     passages = [
         {
@@ -342,21 +342,24 @@ def test_a_lead_that_points_back_is_given_the_name_of_what_it_points_to() -> Non
         }
     ]
     answer = ExtractiveGenerator(grader).generate("Which strategy does merge use by default?", passages)
-    assert answer.text.startswith("ort: This is the default strategy when merging one branch.")
-    # a manual page's section name is no subject: the page's name is ("merge: This command ...")
+    assert answer.text.startswith("ort \u2014 This is the default strategy when merging one branch.")
+    # a manual page's section name is no subject: the page's name is ("merge \u2014 This command ...")
     passages[0]["text"] = "merge(1) Manual Page \u203a DESCRIPTION\n\nThis command joins two histories by default."
     answer = ExtractiveGenerator(grader).generate("What does merge do by default?", passages)
-    assert answer.text == "merge: This command joins two histories by default."
-    # a lead that points back but names its subject too stays as it is
-    passages[0]["text"] = "merge(1) Manual Page \u203a DESCRIPTION\n\nThese pages describe how merge joins histories."
-    answer = ExtractiveGenerator(grader).generate("What does merge do by default?", passages)
-    assert answer.text == "These pages describe how merge joins histories."
-    # a lead that says what it speaks of stays as it is
-    passages[0]["text"] = "merge(1) Manual Page \u203a DESCRIPTION\n\nMerge joins two histories by default."
-    assert (
-        ExtractiveGenerator(grader).generate("What does merge do?", passages).text
-        == passages[0]["text"].split("\n\n")[1]
-    )
+    assert answer.text == "merge \u2014 This command joins two histories by default."
+    # an entry that leaves its subject to its heading
+    passages[0]["text"] = "core \u203a core.hooksPath\n\nBy default hooks are looked for in the hooks folder."
+    answer = ExtractiveGenerator(grader).generate("What is the default hooks path?", passages)
+    assert answer.text == "core.hooksPath \u2014 By default hooks are looked for in the hooks folder."
+    # a lead that points back but names its subject too, or one that says what it speaks of, stays as it is
+    for lead in ("These pages describe how merge joins histories.", "Merge joins two histories by default."):
+        passages[0]["text"] = f"merge(1) Manual Page \u203a DESCRIPTION\n\n{lead}"
+        assert ExtractiveGenerator(grader).generate("What does merge do by default?", passages).text == lead
+    # a section's title is no name of a thing (a FAQ's question, "Bugs", "Binding of names")
+    for title in ("FAQ \u203a How do I merge?", "Frob \u203a Bugs", "Frob \u203a Binding of names"):
+        passages[0]["text"] = f"{title}\n\nBy default two histories are joined."
+        answer = ExtractiveGenerator(grader).generate("What does merge do by default?", passages)
+        assert answer.text == "By default two histories are joined."
 
 
 def test_how_something_works_is_answered_with_the_steps_its_section_goes_on_to() -> None:

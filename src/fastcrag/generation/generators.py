@@ -609,6 +609,9 @@ LEAD_SENTENCES = 2
 """A section's lead: its first prose sentences, this many (what the section's subject is, and what it does)."""
 _LEAD_IN = re.compile(r"^(\S+\s+){0,3}\S+:$")
 """A short line that only introduces what follows ("The syntax is:", "For example:"): no part of a lead."""
+_IDENTIFIER = re.compile(r"(?=\S+$)(?:[^A-Z].*|.*[._/\-].*|.*[a-z][A-Z].*)")
+"""A heading that names a thing, not a topic: one token, lower-case first, dotted, dashed or camel-cased
+(`object.__del__`, `core.hooksPath`, `git-add`, `ort`), not a section's title (`Bugs`, `Binding of names`)."""
 _POINTS_BACK = re.compile(r"^(this|these)\s", re.IGNORECASE)
 """A sentence that opens by pointing back to what it speaks of ("This is the default ...", "These hold ...")."""
 _LIST_ITEM = re.compile(r"^(?:[*\u2022-]|\d{1,2}[.)]|\([a-z0-9]\))\s")
@@ -727,20 +730,27 @@ def _joined(lead: Sequence[tuple[str, str]]) -> str:
 
 
 def _named(lead: str, title: str) -> str:
-    """A lead that opens by pointing back ("This is the default strategy"), after the name of what it points to.
+    """A lead after the name of what it speaks of, where its first sentence does not name it.
 
-    A definition, an option, an API entry or a manual page may speak of its subject as "this"; the subject is named
-    first ("ort: This is the default strategy ...") so that the answer says what it is about, unless the sentence
-    names it itself. The subject is the nearest heading that is not a manual page's section name (NAME,
-    DESCRIPTION: upper case), up to a qualifier (`git-add(1) Manual Page` gives git-add).
+    A definition, an option, an API entry or a manual page may leave its subject to its heading ("Called when the
+    instance is about to be destroyed", "By default Git will look for your hooks in $GIT_DIR/hooks") or speak of it
+    as "this"; the subject is named first ("object.__del__ — Called when ...", "core.hooksPath — By default
+    ...", "ort — This is the default strategy ...") so that the answer says what it is about. A sentence names it
+    when it holds one of its words, or, pointing back ("This ...", "These ..."), all of them. The subject is the
+    nearest heading that is not a manual page's section name (NAME, DESCRIPTION: upper case), up to a qualifier
+    (`git-add(1) Manual Page` gives git-add); a heading that asks a question (a FAQ's) names none.
     """
-    if not _POINTS_BACK.match(lead):
-        return lead
+    back = bool(_POINTS_BACK.match(lead))
     for heading in reversed(title.split(TITLE_JOINER)):
         name = _name(heading)
         if name and not name.isupper():
-            named = _subject(heading) <= set(terms(split_sentences(lead)[0]))  # "These ... of Joubert syndrome"
-            return lead if named else f"{name}: {lead}"
+            said = set(terms(split_sentences(lead)[0]))
+            # pointing back, it must name all of it ("These ... of Joubert syndrome"); else one of its words will do
+            if back:
+                named = _subject(heading) <= said
+            else:  # only a name of a thing (an API entry, an option) is given; a section's title is not ("Bugs")
+                named = not _IDENTIFIER.fullmatch(name) or bool(_subject(heading) & said)
+            return lead if named else f"{name} \u2014 {lead}"
     return lead
 
 
