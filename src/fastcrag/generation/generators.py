@@ -298,16 +298,8 @@ class ExtractiveGenerator:
         )
         if led is not None:
             lead, used, section, read = led
-            opened = str([*passages, *read][used[0]].get("chunk_id") or "")  # where the lead stands
-            steps = self._procedure(opened, section.title) if asks_how_it_works(question) else []
-            if steps:  # how it works: the lead's first sentence, then the steps the section goes on to
-                first = split_sentences(lead)[0]
-                opening = [] if steps[0][0] in first else [first]  # the lead may be what introduces the steps
-                taken = _within([*opening, *(text for text, _ in steps)], EXPLAIN_WORDS)
-                for _, doc in steps[: len(taken) - len(opening)]:
-                    where = _placed(doc, passages, read)
-                    used += [] if where in used else [where]
-                lead = _joined([(text, text) for text in taken])
+            steps = self._with_steps(lead, section.title, passages, used, read) if asks_how_it_works(question) else None
+            lead = steps or lead
             if read:  # chunks the passages do not hold: cited, with the lead graded under its title
                 score = checked_scores(self.reranker, question, [titled(section.title, lead)])[0]
                 read = [{**r, "score": score} for r in read]
@@ -424,6 +416,30 @@ class ExtractiveGenerator:
                 read,
             )
         return None
+
+    def _with_steps(
+        self,
+        lead: str,
+        title: str,
+        passages: Sequence[Mapping[str, Any]],
+        used: list[int],
+        read: list[dict[str, Any]],
+    ) -> str | None:
+        """The lead's first sentence, then the steps its section goes on to, within `EXPLAIN_WORDS`; None without.
+
+        The chunks the steps stand in are added to `used` (and to `read` when the passages do not hold them).
+        """
+        opened = str([*passages, *read][used[0]].get("chunk_id") or "")  # where the lead stands
+        steps = self._procedure(opened, title)
+        if not steps:
+            return None
+        first = split_sentences(lead)[0]
+        opening = [] if steps[0][0] in first else [first]  # the lead may be what introduces the steps
+        taken = _within([*opening, *(text for text, _ in steps)], EXPLAIN_WORDS)
+        for _, doc in steps[: len(taken) - len(opening)]:
+            where = _placed(doc, passages, read)
+            used += [] if where in used else [where]
+        return _joined([(text, text) for text in taken])
 
     def _procedure(self, chunk: str, title: str) -> list[tuple[str, Document]]:
         """The steps section `title` goes on to from chunk `chunk`: a line introducing them, then the numbered steps.
@@ -623,6 +639,7 @@ _STEP = re.compile(r"\d{1,2}[.)](\s|$)")
 _WORKS = re.compile(
     r"^how\s+(does|do|is|are)\b.*\b(works?|proceeds?|runs?|executes?|executed|happens?|carried out)\s*\??$"
 )
+"""A question asking how something works or proceeds (`asks_how_it_works`)."""
 
 
 def asks_how_it_works(question: str) -> bool:
@@ -734,11 +751,12 @@ def _named(lead: str, title: str) -> str:
 
     A definition, an option, an API entry or a manual page may leave its subject to its heading ("Called when the
     instance is about to be destroyed", "By default Git will look for your hooks in $GIT_DIR/hooks") or speak of it
-    as "this"; the subject is named first ("object.__del__ — Called when ...", "core.hooksPath — By default
-    ...", "ort — This is the default strategy ...") so that the answer says what it is about. A sentence names it
-    when it holds one of its words, or, pointing back ("This ...", "These ..."), all of them. The subject is the
-    nearest heading that is not a manual page's section name (NAME, DESCRIPTION: upper case), up to a qualifier
-    (`git-add(1) Manual Page` gives git-add); a heading that asks a question (a FAQ's) names none.
+    as "this"; the subject is named first, with a dash ("object.__del__ \u2014 Called when ...", "core.hooksPath \u2014
+    By default ...", "ort \u2014 This is the default strategy ...": a colon would read as a table row, `Header: cell;
+    ...`) so that the answer says what it is about. The subject is the nearest heading that is not a manual page's
+    section name (NAME, DESCRIPTION: upper case), up to a qualifier (`git-add(1) Manual Page` gives git-add). A lead
+    that points back ("This ...", "These ...") is named unless it holds all of the subject's words; any other only
+    when the heading names a thing (`_IDENTIFIER`) and the lead holds none of its words.
     """
     back = bool(_POINTS_BACK.match(lead))
     for heading in reversed(title.split(TITLE_JOINER)):
