@@ -13,6 +13,7 @@ from fastcrag.generation.markdown import chat_message
         ('if "__enter__()" returns, "__exit__()" is called.', "if `__enter__()` returns, `__exit__()` is called."),
         ("f(*args, **kwargs) or a|b", "f(`*args`, `**kwargs`) or `a|b`"),
         ("Use obj.__dict__. See with_stmt.", "Use `obj.__dict__`. See `with_stmt`."),
+        ("Hooks are in $GIT_DIR/hooks. It costs $5.", "Hooks are in `$GIT_DIR/hooks`. It costs $5."),
         ("A *context manager* is an object.", "A \\*context manager\\* is an object."),
         ("x**2 or 2 * 3 # [a](b) <b>", "x\\*\\*2 or 2 \\* 3 \\# \\[a\\](b) \\<b\\>"),
         ("1. find a module\n- then bind it", "1\\. find a module\n\\- then bind it"),

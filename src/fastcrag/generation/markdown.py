@@ -9,7 +9,7 @@ _CODE = re.compile(
     r"`[^`\n]+`"  # already inline code
     r"|(?P<open>[\"“]?)(?P<code>(?<![\w*\\])\*{1,2}[A-Za-z_]\w*(?![^*\n]*\*(?![\w*]))"  # *args, not *term*
     r"|(?<![\w.])[\w.]+(?:\|[\w.]+)+"  # a|b
-    r"|(?<![\w.])[A-Za-z_][\w.]*_[\w.]*(?:\(\))?)"  # __enter__(), obj.__dict__, snake_case
+    r"|(?<![\w.$/-])\$?[A-Za-z_][\w.]*_[\w./-]*(?:\(\))?)"  # __enter__(), obj.__dict__, snake_case, $GIT_DIR/hooks
     r"(?P<close>[\"”]?)"
 )
 _MARKDOWN = re.compile(r"([\\`*_\[\]<>#|~])")
@@ -19,10 +19,10 @@ _LINE_START = re.compile(r"(?m)^(\s*)(\d+\.|[-+>])(?=\s|$)")
 def chat_message(answer: str, sources: Sequence[str] = (), escape: bool = True) -> str:
     """The answer as a chat message that renders as Markdown without changing what it says.
 
-    Names read as code (dunder names such as `__enter__()`, `*args`, `a|b`, snake_case identifiers) become inline
-    code, quotes around them giving way to the backticks; every other Markdown mark is escaped, and so are list
-    and quote marks opening a line. Given `sources`, the message ends with them as a numbered list, once each,
-    a URL or file path as a link.
+    Names read as code (dunder names such as `__enter__()`, `*args`, `a|b`, snake_case identifiers, a variable's
+    path such as `$GIT_DIR/hooks`) become inline code, quotes around them giving way to the backticks; every other
+    Markdown mark is escaped, and so are list and quote marks opening a line. Given `sources`, the message ends with
+    them as a numbered list, once each, a URL or file path as a link.
 
     Args:
         answer: The answer, as plain text.
