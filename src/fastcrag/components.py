@@ -144,7 +144,7 @@ class Components:
             if given == EXTRACTIVE:
                 cal = self.calibration()
                 thresholds = cal.reader_threshold, cal.refine_reader_threshold
-                return ExtractiveGenerator(self.reranker(), *thresholds, chunks=self.chunks_by_id)
+                return ExtractiveGenerator(self.reranker(), *thresholds, chunks=self.chunks_by_id, idf=self.word_idf)
             model = load_chat_model(given, self.settings.max_new_tokens, self.settings.llm_timeout_s)
             return ChatGenerator(model, self.settings.llm_timeout_s, name=given)
         if isinstance(given, BaseChatModel):
@@ -167,6 +167,15 @@ class Components:
         if not isinstance(store, VectorStore):
             raise NotImplementedError("the retriever has no store to fetch chunks from")
         return list(store.get_by_ids(ids))
+
+    def word_idf(self, word: str) -> float | None:
+        """A word's BM25 inverse document frequency in the retriever's index; None without a lexical index.
+
+        Asked on first use, as `chunks_by_id`.
+        """
+        retriever = self.retriever()
+        idf = retriever.idf() if isinstance(retriever, HybridRetriever) else None
+        return idf(word) if idf is not None else None
 
     def flare_unsupported(self) -> str | None:
         """Why this generator cannot run FLARE mode (naming the mode and the provider), or None when it can.

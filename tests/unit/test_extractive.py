@@ -415,3 +415,22 @@ def test_an_explain_answer_is_read_from_the_best_ranked_chunk_that_says_it_in_pr
     rows = {"chunk_id": "ops-4", "text": table.replace("Membership", "Identity"), "source": "ops.md", "score": 0.8}
     answer = ExtractiveGenerator(grader).generate(question, [passages[0], rows])
     assert answer.text.startswith("The following table lists the operators by precedence.") and answer.used[0] == 0
+
+
+def test_a_word_nearly_every_chunk_holds_need_not_be_said_to_name_a_page() -> None:
+    opening = (
+        "kit-frob-0",
+        "kit-frob(1) Manual Page \u203a NAME\n\nkit-frob - Turn widgets into gadgets\n\n"
+        "kit-frob(1) Manual Page \u203a DESCRIPTION\n\nFrob turns each widget it is given into a gadget.",
+    )
+    example = "kit-frob(1) Manual Page \u203a EXAMPLES \u203a -n 3\n\nFrob three widgets at once and print nothing."
+    grader = ScriptedReranker({"three widgets": 0.9, "each widget": 0.5, "Turn widgets": 0.4})
+    passages = [{"chunk_id": "kit-frob-3", "text": example, "source": "kit-frob.1.html", "score": 0.9}]
+    question = "What does frobbing a widget do?"  # the suite's name, kit, is not said
+    weights = {"kit": 0.1, "frob": 4.0}
+    gen = ExtractiveGenerator(grader, chunks=_store(opening), idf=weights.get)  # type: ignore[arg-type]
+    assert gen.generate(question, passages).text.startswith("kit-frob - Turn widgets into gadgets.")
+    # without the index's word weights (or with kit as rare as frob) the page's subject is kit and frob: not named
+    for idf in (None, {"kit": 4.0, "frob": 4.0}.get):
+        gen = ExtractiveGenerator(grader, chunks=_store(opening), idf=idf)  # type: ignore[arg-type]
+        assert gen.generate(question, passages).text.startswith("Frob three widgets")

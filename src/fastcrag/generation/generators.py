@@ -6,7 +6,7 @@ import concurrent.futures
 import contextvars
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -229,6 +229,7 @@ class ExtractiveGenerator:
         reader_threshold: float | None = None,
         refine_reader_threshold: float | None = None,
         chunks: FetchChunks | None = None,
+        idf: Callable[[str], float | None] | None = None,
     ) -> None:
         """Read or score strips with `reranker` (the grader).
 
@@ -239,9 +240,12 @@ class ExtractiveGenerator:
                 `reader_threshold`.
             chunks: Chunks by id from the store (`VectorStore.get_by_ids`), where an explain answer finds the lead
                 of a section that opened before its passage; None: only the passages are read.
+            idf: A word's inverse document frequency in the index (None: not known), where a page's subject loses
+                the words nearly every chunk holds (`_telling`); None: every word of it counts.
         """
         self.reranker = reranker
         self.chunks = chunks
+        self.idf = idf
         self.reader_threshold = reader_threshold or 0.0
         self.refine_reader_threshold = (
             self.reader_threshold if refine_reader_threshold is None else refine_reader_threshold
@@ -381,7 +385,7 @@ class ExtractiveGenerator:
         asked, prefix = set(terms(question)), chunk.rpartition("-")[0]
         for depth in range(len(headings) - 1, 0, -1):
             ancestor = TITLE_JOINER.join(headings[:depth])
-            subject = _subject(headings[depth - 1])
+            subject = self._telling(_subject(headings[depth - 1]))
             named = bool(subject) and subject <= asked
             if not named and not (depth == 1 and number < PAGE_START):
                 continue
@@ -474,6 +478,22 @@ class ExtractiveGenerator:
                     break  # the steps end: what follows speaks of them, or of something else
             return steps if len(steps) > 1 else []
         return []
+
+    def _telling(self, subject: set[str]) -> set[str]:
+        """A subject's words less those nearly every chunk of the index holds (below `COMMON_IDF`).
+
+        A suite's name stands in every page's heading (`git` in `git-cherry-pick(1) Manual Page`) and a question
+        need not say it ("What does cherry-picking a commit do?"). Every word counts when none would be left, or the
+        index's word weights are not known.
+        """
+        if self.idf is None:
+            return subject
+        try:
+            weights = {t: self.idf(t) for t in subject}
+        except Exception as exc:  # the words' weights are a refinement: without them the subject stands whole
+            log.warning("reading word weights failed: %s: %s", type(exc).__name__, exc)
+            return subject
+        return {t for t, w in weights.items() if not w or w >= COMMON_IDF} or subject  # 0: a word it does not hold
 
     def _held(
         self, passages: Sequence[Mapping[str, Any]], best: tuple[float, str, int, int]
@@ -621,6 +641,8 @@ PAGE_START = 2
 """How many chunks from a page's start are read for the page's lead (`_ancestor_lead`)."""
 _QUALIFIER = re.compile(r"\(|:| [-\u2013\u2014] ")
 """Where a page's heading turns from what it is about to a qualifier: a manual section, a subtitle."""
+COMMON_IDF = 0.5
+"""A word whose inverse document frequency is below this stands in nearly every chunk (BM25's idf: in ~60% of them)."""
 LEAD_SENTENCES = 2
 """A section's lead: its first prose sentences, this many (what the section's subject is, and what it does)."""
 _LEAD_IN = re.compile(r"^(\S+\s+){0,3}\S+:$")
