@@ -139,6 +139,23 @@ def test_sentence_strips() -> None:
     ]
 
 
+def test_a_short_code_block_a_sentence_runs_into_is_part_of_it() -> None:
+    text = (
+        "Edit the file, then run\n\n```\n$ git commit --amend\n```\n\nwhich replaces the commit. Then push.\n\n"
+        "Run this:\n\n```\nmake all\n```\n\nDone.\n\nOr type\n\n```\nline one\nline two\n```\n\nAnd stop."
+    )
+    assert split_sentences(text) == [
+        'Edit the file, then run "$ git commit --amend" which replaces the commit.',
+        "Then push.",
+        "Run this:",  # a sentence that introduces its code ends before it
+        "``` make all ```",
+        "Done.",
+        "Or type",  # a block of more than one line stays a strip of its own
+        "``` line one line two ```",
+        "And stop.",
+    ]
+
+
 @pytest.mark.parametrize(("size", "overlap"), [(16, 4), (32, 8), (64, 0)])
 def test_chunks_respect_the_token_budget(size: int, overlap: int) -> None:
     text = " ".join(f"Sentence number {i} says something about topic {i}." for i in range(60)) + " " + "x" * 400

@@ -107,18 +107,45 @@ _NO_TITLE_END = (".", "!", ":", ";", "```")
 """How a title line never ends (a question may: an FAQ's headings are questions)."""
 
 
+_INLINE_CODE_CHARS = 80
+"""A one-line code block at most this long, inside a sentence, is read as part of it (`split_sentences`)."""
+
+
 def split_sentences(text: str) -> list[str]:
     """Split text into sentence strips; blank lines and line-broken blocks also separate strips.
 
-    A fenced code block (```) is one strip, whatever blank lines it holds.
+    A fenced code block (```) is one strip, whatever blank lines it holds; a short one-line block that a sentence
+    runs into (it stops unpunctuated: "... then run") is part of that sentence, quoted, with the sentence's rest after
+    it when that goes on in lower case ('... then run "$ git commit --amend" which will replace the old commit ...').
     """
     strips: list[str] = []
     start = 0
     for match in _FENCED.finditer(text):
         strips.extend(_prose_strips(text[start : match.start()]))
-        strips.append(" ".join(match.group().split()))
         start = match.end()
+        code = match.group()[3:-3].strip()
+        if strips and not strips[-1].endswith((".", "!", "?", ":", ";", "```")) and _inline(code):
+            rest = _prose_strips(text[start:])
+            strips[-1] += f' "{code}"'
+            if rest and rest[0][:1].islower():
+                strips[-1] += f" {rest[0]}"
+                start = _after(text, start, rest[0])
+            continue
+        strips.append(" ".join(match.group().split()))
     return strips + _prose_strips(text[start:])
+
+
+def _inline(code: str) -> bool:
+    """Whether a code block is short enough to read inside a sentence: one line, at most `_INLINE_CODE_CHARS`."""
+    return bool(code) and "\n" not in code and len(code) <= _INLINE_CODE_CHARS
+
+
+def _after(text: str, start: int, strip: str) -> int:
+    """Where in `text`, from `start`, the words of `strip` (whitespace as the text has it) end."""
+    pos = start
+    for word in strip.split():
+        pos = text.index(word, pos) + len(word)
+    return pos
 
 
 TITLE_JOINER = " \u203a "
