@@ -75,21 +75,27 @@ def fetched_id(doc: Document) -> str:
     return str(doc.id or doc.metadata.get("chunk_id"))
 
 
-def _looking_back(fetch: FetchChunks, chunk: str, reach: int, *, itself: bool) -> list[tuple[int, Document | None]]:
-    """Chunk `chunk` (with `itself`) and the `reach` before it, nearest first, fetched in one call: (number, chunk).
+def _fetched(fetch: FetchChunks, chunk: str, numbers: Callable[[int], range]) -> list[tuple[int, Document | None]]:
+    """The chunks `numbers(n)` of chunk `chunk`'s document (n: its number), in that order, fetched in one call.
 
-    A chunk not found is None; none at all when the id carries no number or `fetch` cannot fetch by id.
+    Each as (number, chunk); a chunk not found is None. None at all when the id carries no number or `fetch` cannot
+    fetch by id.
     """
     number = chunk_number(chunk)
     if number is None:
         return []
     prefix = chunk.rpartition("-")[0]
-    numbers = range(number if itself else number - 1, max(-1, number - 1 - reach), -1)
+    wanted = numbers(number)
     try:
-        found = {fetched_id(d): d for d in fetch([f"{prefix}-{n}" for n in numbers])}
+        found = {fetched_id(d): d for d in fetch([f"{prefix}-{n}" for n in wanted])}
     except NotImplementedError:
         return []
-    return [(n, found.get(f"{prefix}-{n}")) for n in numbers]
+    return [(n, found.get(f"{prefix}-{n}")) for n in wanted]
+
+
+def _looking_back(fetch: FetchChunks, chunk: str, reach: int, *, itself: bool) -> list[tuple[int, Document | None]]:
+    """Chunk `chunk` (with `itself`) and the `reach` before it, nearest first (`_fetched`)."""
+    return _fetched(fetch, chunk, lambda n: range(n if itself else n - 1, max(-1, n - 1 - reach), -1))
 
 
 def section_before(fetch: FetchChunks, chunk: str, title: str, reach: int = SECTION_REACH) -> list[Document]:
@@ -130,18 +136,8 @@ def section_onward(fetch: FetchChunks, chunk: str, title: str, reach: int = ONWA
     At most `reach` chunks after it; the chain ends at a chunk missing or one where the section does not go on. None
     when the id carries no number, `chunk` holds no part of the section, or `fetch` cannot fetch by id.
     """
-    number = chunk_number(chunk)
-    if number is None:
-        return []
-    prefix = chunk.rpartition("-")[0]
-    numbers = range(number, number + reach + 1)
-    try:
-        found = {fetched_id(d): d for d in fetch([f"{prefix}-{n}" for n in numbers])}
-    except NotImplementedError:
-        return []
     chain: list[Document] = []
-    for n in numbers:
-        doc = found.get(f"{prefix}-{n}")
+    for _, doc in _fetched(fetch, chunk, lambda n: range(n, n + reach + 1)):
         held = [p for p in parts(doc.page_content) if p.title == title] if doc is not None else []
         if doc is None or not held or (chain and held[0].opens):
             break
