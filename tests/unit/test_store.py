@@ -154,6 +154,18 @@ def test_a_short_code_block_a_sentence_runs_into_is_part_of_it() -> None:
         "``` line one line two ```",
         "And stop.",
     ]
+    # a heading never runs into its block, nor a sentence into a heading; a bracketed sentence has ended
+    heading = "Guide \u203a Options \u203a -D"
+    text = (
+        f"Use it with care\n\n```\nrm -rf x\n```\n\n{heading.lower()}\n\n```\nShortcut for -d.\n```\n\n(See git-log.)"
+    )
+    assert split_sentences(f"{text}\n\n```\nmore\n```") == [
+        'Use it with care "rm -rf x"',
+        heading.lower(),
+        "``` Shortcut for -d. ```",
+        "(See git-log.)",
+        "``` more ```",
+    ]
 
 
 @pytest.mark.parametrize(("size", "overlap"), [(16, 4), (32, 8), (64, 0)])

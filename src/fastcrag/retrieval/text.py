@@ -115,8 +115,9 @@ def split_sentences(text: str) -> list[str]:
     """Split text into sentence strips; blank lines and line-broken blocks also separate strips.
 
     A fenced code block (```) is one strip, whatever blank lines it holds; a short one-line block that a sentence
-    runs into (it stops unpunctuated: "... then run") is part of that sentence, quoted, with the sentence's rest after
-    it when that goes on in lower case ('... then run "$ git commit --amend" which will replace the old commit ...').
+    runs into (it stops unpunctuated: "... then run"; a heading never does) is part of that sentence, quoted, with the
+    sentence's rest after it when that goes on in lower case and is no heading ('... then run "$ git commit --amend"
+    which will replace the old commit ...').
     """
     strips: list[str] = []
     start = 0
@@ -124,15 +125,20 @@ def split_sentences(text: str) -> list[str]:
         strips.extend(_prose_strips(text[start : match.start()]))
         start = match.end()
         code = match.group()[3:-3].strip()
-        if strips and not strips[-1].endswith((".", "!", "?", ":", ";", "```")) and _inline(code):
+        if strips and _runs_into(strips[-1]) and _inline(code):
             rest = _prose_strips(text[start:])
             strips[-1] += f' "{code}"'
-            if rest and rest[0][:1].islower():
+            if rest and rest[0][:1].islower() and not is_heading(rest[0]):
                 strips[-1] += f" {rest[0]}"
                 start = _after(text, start, rest[0])
             continue
         strips.append(" ".join(match.group().split()))
     return strips + _prose_strips(text[start:])
+
+
+def _runs_into(strip: str) -> bool:
+    """Whether a strip stops unpunctuated (closing quotes and brackets aside), as a sentence that goes on does."""
+    return not is_heading(strip) and not strip.rstrip(")]\"'\u201d\u2019").endswith((".", "!", "?", ":", ";", "```"))
 
 
 def _inline(code: str) -> bool:
