@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextvars
+import itertools
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -30,7 +31,7 @@ from fastcrag.retrieval.sections import (
     section_opening,
 )
 from fastcrag.retrieval.structure import prose, without_label
-from fastcrag.retrieval.text import TITLE_JOINER, sectioned, split_sentences, split_title, titled
+from fastcrag.retrieval.text import TITLE_JOINER, sectioned, split_sentences, split_title, titled, unfinished
 
 log = logging.getLogger(__name__)
 
@@ -347,12 +348,14 @@ class ExtractiveGenerator:
         if not held.opens and not before:
             return None
         ordered: dict[str, int | Document] = {}  # sentence -> where it stands: a passage, or a chunk read by id
+        coded = _before_code(held.sentences)
         for doc in before:
             for part in parts(doc.page_content):
                 if part.title == held.title:
                     ordered.update((s, doc) for s in part.sentences if s not in ordered)
+                    coded |= _before_code(part.sentences)
         ordered.update((s, index) for s in held.sentences if s not in ordered)
-        lead = _lead(list(ordered))
+        lead = _lead(list(ordered), coded)
         if not lead:
             return None
         used, read = _cited(lead, ordered, passages)
@@ -394,6 +397,7 @@ class ExtractiveGenerator:
                 continue
             ordered: dict[str, int | Document] = {}
             section_of: dict[str, str] = {}
+            coded: set[str] = set()
             for doc in sorted(
                 self._fetch([f"{prefix}-{n}" for n in range(opened, opened + PAGE_START)]),
                 key=lambda d: chunk_number(fetched_id(d)) or 0,
@@ -401,10 +405,11 @@ class ExtractiveGenerator:
                 for part in parts(doc.page_content):
                     if part.title != ancestor and not part.title.startswith(ancestor + TITLE_JOINER):
                         continue  # a section after the ancestor's end
+                    coded |= _before_code(part.sentences)
                     for sentence in part.sentences:
                         if sentence not in ordered:
                             ordered[sentence], section_of[sentence] = doc, part.title
-            lead = _lead(list(ordered))
+            lead = _lead(list(ordered), coded)
             own = [section_of[sentence] == held.title for _, sentence in lead]
             if not lead or all(own):
                 continue  # the best sentence's own section makes the lead: it is the section's
@@ -529,8 +534,8 @@ class ExtractiveGenerator:
         words, count = len(lead[0].split()), len(split_sentences(lead[0]))
         for t in support:
             text = prose(without_label(t[1]))
-            if text is None or text in lead[0] or lead[0] in text or text in texts:
-                continue
+            if text is None or text.rstrip(":") in lead[0] or lead[0] in text or text in texts:
+                continue  # (a lead's sentence may have given its colon for a full stop)
             n = len(text.split())
             if count >= EXPLAIN_SENTENCES or words + n > EXPLAIN_WORDS:
                 break
@@ -694,22 +699,33 @@ def _normalised(text: str) -> str:
     return " ".join(text.split())
 
 
-def _lead(sentences: Sequence[str]) -> list[tuple[str, str]]:
+def _lead(sentences: Sequence[str], coded: set[str] | frozenset[str] = frozenset()) -> list[tuple[str, str]]:
     """A section's lead: its first `LEAD_SENTENCES` prose sentences (no code, row, note or reference line).
 
-    Each as (its prose, the sentence it is read from).
+    Each as (its prose, the sentence it is read from). Of the sentences a code block follows (`coded`), one that runs
+    into it unfinished ("... is equivalent to") is no part of a lead, and one that introduces it ends with a full
+    stop instead of its colon: the lead shows no code.
     """
     lead: list[tuple[str, str]] = []
     for sentence in sentences:
         text = prose(sentence) if not is_reference_line(sentence) else None
         if text is None or len(text.split()) < LEAD_MIN_WORDS or _LEAD_IN.match(text) or _LIST_ITEM.match(text):
             continue
+        if sentence in coded and unfinished(sentence):
+            continue
         if lead and len(" ".join([*(t for t, _ in lead), text]).split()) > EXPLAIN_WORDS:
             break
+        if sentence in coded and text.endswith(":"):
+            text = f"{text[:-1]}."
         lead.append((text, sentence))
         if len(lead) == LEAD_SENTENCES:
             break
     return lead
+
+
+def _before_code(sentences: Sequence[str]) -> set[str]:
+    """The sentences of one section's part that a code block follows there."""
+    return {s for s, after in itertools.pairwise(sentences) if after.startswith("```")}
 
 
 def _reads_as_prose(sentence: str) -> bool:
@@ -725,8 +741,17 @@ def passage_sentences(passage: Mapping[str, Any]) -> list[str]:
 
 
 def _sectioned(passage: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """A chunk passage's sentences that say something, each with its section's title (`sectioned`)."""
-    return [(section, s) for section, s in sectioned(str(passage["text"])) if not is_reference_line(s)]
+    """A chunk passage's sentences that say something, each with its section's title (`sectioned`).
+
+    A sentence that runs into the code block after it unfinished ("... is equivalent to") says nothing whole.
+    """
+    pieces = sectioned(str(passage["text"]))
+    after = [*pieces[1:], ("", "")]
+    return [
+        (section, s)
+        for (section, s), (next_section, next_s) in zip(pieces, after, strict=True)
+        if not is_reference_line(s) and not (next_section == section and next_s.startswith("```") and unfinished(s))
+    ]
 
 
 def first_prose(passages: Sequence[Mapping[str, Any]], order: Sequence[int]) -> tuple[str, int, int] | None:

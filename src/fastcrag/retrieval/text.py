@@ -125,7 +125,7 @@ def split_sentences(text: str) -> list[str]:
         strips.extend(_prose_strips(text[start : match.start()]))
         start = match.end()
         code = match.group()[3:-3].strip()
-        if strips and _runs_into(strips[-1]) and _inline(code):
+        if strips and unfinished(strips[-1]) and _inline(code):
             rest = _prose_strips(text[start:])
             strips[-1] += f' "{code}"'
             if rest and rest[0][:1].islower() and not is_heading(rest[0]):
@@ -136,8 +136,11 @@ def split_sentences(text: str) -> list[str]:
     return strips + _prose_strips(text[start:])
 
 
-def _runs_into(strip: str) -> bool:
-    """Whether a strip stops unpunctuated (closing quotes and brackets aside), as a sentence that goes on does."""
+def unfinished(strip: str) -> bool:
+    """Whether a strip stops unpunctuated (closing quotes and brackets aside), as a sentence that goes on does.
+
+    A heading is never unfinished.
+    """
     return not is_heading(strip) and not strip.rstrip(")]\"'\u201d\u2019").endswith((".", "!", "?", ":", ";", "```"))
 
 
