@@ -171,11 +171,15 @@ class Components:
     def word_idf(self, word: str) -> float | None:
         """A word's BM25 inverse document frequency in the retriever's index; None without a lexical index.
 
-        Asked on first use, as `chunks_by_id`.
+        The index's weights are asked for once, on first use (as `chunks_by_id`), not at every answer: a Postgres
+        store counts its rows for them and caches each word's weight in the function it gives.
         """
-        retriever = self.retriever()
-        idf = retriever.idf() if isinstance(retriever, HybridRetriever) else None
+        idf = self._once("word_idf", self._load_word_idf)
         return idf(word) if idf is not None else None
+
+    def _load_word_idf(self) -> Callable[[str], float] | None:
+        retriever = self.retriever()
+        return retriever.idf() if isinstance(retriever, HybridRetriever) else None
 
     def flare_unsupported(self) -> str | None:
         """Why this generator cannot run FLARE mode (naming the mode and the provider), or None when it can.
