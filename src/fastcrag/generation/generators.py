@@ -24,6 +24,7 @@ from fastcrag.retrieval.sections import (
     Part,
     chunk_number,
     fetched_id,
+    numbered_chunks,
     part_holding,
     parts,
     section_before,
@@ -385,7 +386,7 @@ class ExtractiveGenerator:
         headings = held.title.split(TITLE_JOINER)
         if len(headings) < 2 or number is None:
             return None
-        asked, prefix = set(terms(question)), chunk.rpartition("-")[0]
+        asked = set(terms(question))
         for depth in range(len(headings) - 1, 0, -1):
             ancestor = TITLE_JOINER.join(headings[:depth])
             subject = self._telling(_subject(headings[depth - 1]))
@@ -398,10 +399,10 @@ class ExtractiveGenerator:
             ordered: dict[str, int | Document] = {}
             section_of: dict[str, str] = {}
             coded: set[str] = set()
-            for doc in sorted(
-                self._fetch([f"{prefix}-{n}" for n in range(opened, opened + PAGE_START)]),
-                key=lambda d: chunk_number(fetched_id(d)) or 0,
-            ):
+            wanted = range(opened, opened + PAGE_START)
+            for _, doc in numbered_chunks(self._fetch, chunk, lambda _: wanted):
+                if doc is None:
+                    continue
                 for part in parts(doc.page_content):
                     if part.title != ancestor and not part.title.startswith(ancestor + TITLE_JOINER):
                         continue  # a section after the ancestor's end

@@ -75,7 +75,9 @@ def fetched_id(doc: Document) -> str:
     return str(doc.id or doc.metadata.get("chunk_id"))
 
 
-def _fetched(fetch: FetchChunks, chunk: str, numbers: Callable[[int], range]) -> list[tuple[int, Document | None]]:
+def numbered_chunks(
+    fetch: FetchChunks, chunk: str, numbers: Callable[[int], range]
+) -> list[tuple[int, Document | None]]:
     """The chunks `numbers(n)` of chunk `chunk`'s document (n: its number), in that order, fetched in one call.
 
     Each as (number, chunk); a chunk not found is None. None at all when the id carries no number or `fetch` cannot
@@ -94,8 +96,8 @@ def _fetched(fetch: FetchChunks, chunk: str, numbers: Callable[[int], range]) ->
 
 
 def _looking_back(fetch: FetchChunks, chunk: str, reach: int, *, itself: bool) -> list[tuple[int, Document | None]]:
-    """Chunk `chunk` (with `itself`) and the `reach` before it, nearest first (`_fetched`)."""
-    return _fetched(fetch, chunk, lambda n: range(n if itself else n - 1, max(-1, n - 1 - reach), -1))
+    """Chunk `chunk` (with `itself`) and the `reach` before it, nearest first (`numbered_chunks`)."""
+    return numbered_chunks(fetch, chunk, lambda n: range(n if itself else n - 1, max(-1, n - 1 - reach), -1))
 
 
 def section_before(fetch: FetchChunks, chunk: str, title: str, reach: int = SECTION_REACH) -> list[Document]:
@@ -137,7 +139,7 @@ def section_onward(fetch: FetchChunks, chunk: str, title: str, reach: int = ONWA
     when the id carries no number, `chunk` holds no part of the section, or `fetch` cannot fetch by id.
     """
     chain: list[Document] = []
-    for _, doc in _fetched(fetch, chunk, lambda n: range(n, n + reach + 1)):
+    for _, doc in numbered_chunks(fetch, chunk, lambda n: range(n, n + reach + 1)):
         held = [p for p in parts(doc.page_content) if p.title == title] if doc is not None else []
         if doc is None or not held or (chain and held[0].opens):
             break
