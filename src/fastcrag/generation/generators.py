@@ -687,11 +687,14 @@ def _within(texts: Sequence[str], words: int) -> list[str]:
 
 
 def _placed(doc: Document, passages: Sequence[Mapping[str, Any]], read: list[dict[str, Any]]) -> int:
-    """Where a chunk read by id stands among the passages, then the chunks `read` (added to them when new)."""
+    """Where a chunk read by id stands among the passages, then the chunks `read` (added to them when new).
+
+    Of several passages of one chunk (its refined strips), the last.
+    """
     chunk_id = fetched_id(doc)
-    for i, p in enumerate([*passages, *read]):
-        if str(p.get("chunk_id")) == chunk_id:
-            return i
+    at = [i for i, p in enumerate([*passages, *read]) if str(p.get("chunk_id")) == chunk_id]
+    if at:
+        return at[-1]
     read.append({"chunk_id": chunk_id, "source": str(doc.metadata.get("source", ""))})
     return len(passages) + len(read) - 1
 
@@ -772,17 +775,12 @@ def _cited(
 
     A sentence stands in a passage (its index), or in the j-th chunk read by id (`len(passages) + j`).
     """
-    known = {str(p.get("chunk_id")): i for i, p in enumerate(passages)}
     used: list[int] = []
     read: list[dict[str, Any]] = []
     for _, sentence in lead:
         where = ordered[sentence]
         if isinstance(where, Document):
-            chunk_id = fetched_id(where)
-            if chunk_id not in known:
-                known[chunk_id] = len(passages) + len(read)
-                read.append({"chunk_id": chunk_id, "source": str(where.metadata.get("source", ""))})
-            where = known[chunk_id]
+            where = _placed(where, passages, read)
         if where not in used:
             used.append(where)
     return used, read
