@@ -448,3 +448,25 @@ def test_an_answer_shows_no_sentence_cut_short_by_a_code_block_it_leaves_out() -
     # the lead's colon introduced a grammar block the answer does not show: a full stop instead; the sentence that
     # ran into its example unfinished is left out, though it graded best
     assert answer.text == "Frob statements turn widgets into gadgets. Frobbing is fast and safe."
+
+
+def test_a_section_resumed_after_its_entry_is_read_from_where_it_opened() -> None:
+    slots = "Names \u203a __slots__"
+    chunks = (
+        ("names-7", f"{slots}\n\n__slots__ declare data members and deny the creation of __dict__ (or a parent.)"),
+        (
+            "names-8",
+            f"{slots} \u203a object.__slots__\n\nThis class variable can be assigned a string of names.\n\n"
+            f"{slots}\n\nNotes on using __slots__:\n\n* Each name is an attribute slot.",
+        ),
+    )
+    grader = ScriptedReranker({"class variable": 0.9, "Notes": 0.8, "data members": 0.5, "Each name": 0.7})
+    passages = [{"chunk_id": "names-8", "text": chunks[1][1], "source": "names.md", "score": 0.9}]
+    answer = ExtractiveGenerator(grader, chunks=_store(*chunks)).generate(  # type: ignore[arg-type]
+        "What are __slots__?", passages
+    )
+    # `__slots__` heads its notes again after the entry: it resumes there, it opened in the chunk before, whose lead
+    # answers; neither the line introducing the notes nor a list item is said without what it belongs to
+    assert answer.text.startswith("__slots__ declare data members and deny the creation of __dict__ (or a parent.)")
+    assert "Notes on" not in answer.text and "Each name" not in answer.text
+    assert [r["chunk_id"] for r in answer.read] == ["names-7"]

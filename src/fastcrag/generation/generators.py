@@ -537,6 +537,8 @@ class ExtractiveGenerator:
             text = prose(without_label(t[1]))
             if text is None or text.rstrip(":") in lead[0] or lead[0] in text or text in texts:
                 continue  # (a lead's sentence may have given its colon for a full stop)
+            if text.endswith(":") or _LIST_ITEM.match(text):
+                continue  # it introduces what the answer does not show ("Notes on using __slots__:"), or is one item
             n = len(text.split())
             if count >= EXPLAIN_SENTENCES or words + n > EXPLAIN_WORDS:
                 break
@@ -664,6 +666,8 @@ _LIST_ITEM = re.compile(r"^(?:[*\u2022-]|\d{1,2}[.)]|\([a-z0-9]\))\s")
 
 _STEP = re.compile(r"\d{1,2}[.)](\s|$)")
 """A numbered step ("1. The context expression is evaluated ...")."""
+_CLOSERS = ")]\"'\u201d\u2019"
+"""Closing brackets and quotes a sentence may end with after its punctuation."""
 _WORKS = re.compile(
     r"^how\s+(does|do|is|are)\b.*\b(works?|proceeds?|runs?|executes?|executed|happens?|carried out)\s*\??$"
 )
@@ -789,7 +793,12 @@ def _cited(
 def _joined(lead: Sequence[tuple[str, str]]) -> str:
     """A lead's sentences as one text: a line that ends unpunctuated (a manual page's summary) gets a full stop."""
     texts = [t for t, _ in lead]
-    return " ".join(t if k == len(texts) - 1 or t[-1] in ".!?:;" else f"{t}." for k, t in enumerate(texts))
+    return " ".join(t if k == len(texts) - 1 or _ends_punctuated(t) else f"{t}." for k, t in enumerate(texts))
+
+
+def _ends_punctuated(text: str) -> bool:
+    """Whether a sentence ends with its punctuation, before any closing bracket or quote ("... a parent.)")."""
+    return text.rstrip(_CLOSERS)[-1:] in tuple(".!?:;")
 
 
 def _named(lead: str, title: str) -> str:

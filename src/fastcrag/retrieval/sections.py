@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from langchain_core.documents import Document
 
-from fastcrag.retrieval.text import CONTINUED, sectioned, split_title
+from fastcrag.retrieval.text import CONTINUED, TITLE_JOINER, sectioned, split_title
 
 SECTION_REACH = 8
 """How many chunks before a chunk are looked at for the opening of the section it continues."""
@@ -48,7 +48,8 @@ def parts(text: str) -> list[Part]:
     """A titled chunk's sections in reading order (none for an untitled chunk), from its sentence strips.
 
     The first part opens in the chunk unless the chunk's title is marked continued; a later one opens under its
-    heading there.
+    heading there, unless an earlier part of the chunk stands under it: then its heading resumes it after a
+    sub-section (`__slots__` again after the entry `object.__slots__`), and it opened before.
     """
     title = split_title(text)[0]
     if not title:
@@ -59,9 +60,15 @@ def parts(text: str) -> list[Part]:
             found.append((section, []))
         found[-1][1].append(strip)
     first = title.removesuffix(CONTINUED)
-    opens = not title.endswith(CONTINUED)
     found = found or [(first, [])]  # a chunk of its title alone (its heading before a block too long to join)
-    return [Part(t, tuple(s), opens or k > 0 or t != first) for k, (t, s) in enumerate(found)]
+    result: list[Part] = []
+    for k, (t, s) in enumerate(found):
+        if k == 0:
+            opens = not title.endswith(CONTINUED) or t != first
+        else:
+            opens = not any(p.title == t or p.title.startswith(t + TITLE_JOINER) for p in result)
+        result.append(Part(t, tuple(s), opens))
+    return result
 
 
 def part_holding(text: str, sentence: str) -> Part | None:
