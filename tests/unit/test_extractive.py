@@ -279,8 +279,11 @@ def test_a_question_about_a_pages_subject_is_answered_by_the_pages_opening() -> 
     passages = [{"chunk_id": "frob-3", "text": example, "source": "frob.1.html", "score": 0.9}]
     gen = ExtractiveGenerator(grader, chunks=_store(opening))  # type: ignore[arg-type]
     answer = gen.generate("What does frob do to a widget?", passages)
-    # the one-line summary (given a full stop) and the description's first sentence, not the example that ranked best
-    assert answer.text == "frob - Turn widgets into gadgets. Frob turns each widget it is given into a gadget."
+    # the one-line summary (given a full stop) and the description's first sentence, not the example that ranked best;
+    # the rest of the page's opening read supports it
+    assert answer.text == (
+        "frob - Turn widgets into gadgets. Frob turns each widget it is given into a gadget. It keeps a log."
+    )
     assert [r["chunk_id"] for r in answer.read] == ["frob-0"] and answer.used == [1]
     # asked about more than the opening says: the example's own section answers
     answer = gen.generate("How do I frob three widgets without printing?", passages)
@@ -470,3 +473,22 @@ def test_a_section_resumed_after_its_entry_is_read_from_where_it_opened() -> Non
     assert answer.text.startswith("__slots__ declare data members and deny the creation of __dict__ (or a parent.)")
     assert "Notes on" not in answer.text and "Each name" not in answer.text
     assert [r["chunk_id"] for r in answer.read] == ["names-7"]
+
+
+def test_a_sentence_of_the_section_read_back_by_id_supports_its_lead() -> None:
+    later = "The frob statement (continued)\n\nFrobbing twice is an error. Frob logs go to stderr."
+    store = _store(
+        ("frob-4", FROB_OPENING),
+        ("frob-5", "The frob statement (continued)\n\nA frob widget can be tall."),
+        ("frob-6", later),
+    )
+    grader = ScriptedReranker({"tall": 0.8, "twice": 0.3, "turns widgets": 0.6, "logs": 0.2, "one widget": 0.1})
+    passages = [{"chunk_id": "frob-6", "text": later, "source": "frob.md", "score": 0.8}]
+    answer = ExtractiveGenerator(grader, chunks=store).generate("What is a frob widget like?", passages)  # type: ignore[arg-type]
+    # the sentence that answers stands in a chunk retrieval did not return, between the opening and the ranked one:
+    # read back with the lead, it is graded, kept and cited
+    assert (
+        answer.text == "The frob statement turns widgets into gadgets. It takes one widget. A frob widget can be tall."
+    )
+    assert [r["chunk_id"] for r in answer.read] == ["frob-4", "frob-5"] and answer.used == [1, 2]
+    assert answer.read[1]["score"] == 0.8

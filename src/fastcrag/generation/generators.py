@@ -9,7 +9,7 @@ import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from langchain_core.documents import Document
 from langchain_core.language_models import BaseChatModel
@@ -198,6 +198,20 @@ def is_reference_line(sentence: str) -> bool:
     return len(words) <= 5 and not text.endswith((".", "!", "?", ":"))
 
 
+class Led(NamedTuple):
+    """A section's lead as an explain answer opens with it, and where it was read."""
+
+    text: str
+    used: list[int]
+    """The passages it stands in (`len(passages) + j`: the j-th chunk of `read`)."""
+    section: Part
+    """The section support is drawn from: its title, its sentences in the chunks read."""
+    read: list[dict[str, Any]]
+    """The chunks read by id that the passages do not hold, to cite."""
+    where: dict[str, int | Document]
+    """Each sentence read: the passage it stands in, or the chunk read by id."""
+
+
 class ExtractiveGenerator:
     """No LLM: the answer is read from the passages, verbatim, with its citations.
 
@@ -303,7 +317,7 @@ class ExtractiveGenerator:
             else None
         )
         if led is not None:
-            lead, used, section, read = led
+            lead, used, section, read, where = led
             steps = self._with_steps(lead, section.title, passages, used, read) if asks_how_it_works(question) else None
             lead = steps or lead
             if read:  # chunks the passages do not hold: cited, with the lead graded under its title
@@ -311,8 +325,9 @@ class ExtractiveGenerator:
                 read = [{**r, "score": score} for r in read]
             if steps:
                 return Answer(lead, used, read=tuple(read))
-            support = sorted((t for t in strips if _normalised(t[1]) in section.sentences), key=lambda t: -t[0])
-            answer = self._led((lead, used[0], 0), support, used)
+            support = [t for t in strips if _normalised(t[1]) in section.sentences]
+            support += self._read_back(question, section, where, strips, passages, read)
+            answer = self._led((lead, used[0], 0), sorted(support, key=lambda t: -t[0]), used)
             return Answer(answer.text, answer.used, read=tuple(read))
         chosen = _best_of(strips, anchor if best[2] in anchor else {best[2]})
         if _reads_as_prose(chosen[0][1]):
@@ -331,9 +346,7 @@ class ExtractiveGenerator:
         rest = _best_of(support, {index}, EXPLAIN_SENTENCES - 1, EXPLAIN_WORDS - len(found[0].split()), first=False)
         return self._led(found, [*rest, *(t for t in chosen if t[2] != index)], [index])
 
-    def _section_lead(
-        self, passages: Sequence[Mapping[str, Any]], index: int, chunk: str, held: Part
-    ) -> tuple[str, list[int], Part, list[dict[str, Any]]] | None:
+    def _section_lead(self, passages: Sequence[Mapping[str, Any]], index: int, chunk: str, held: Part) -> Led | None:
         """The lead of the section `held` that the best sentence stands in; None without one.
 
         The best sentence is in passage `index`, chunk `chunk` (for a refined strip, the chunk fetched by id).
@@ -341,9 +354,7 @@ class ExtractiveGenerator:
         The lead is the section's first `LEAD_SENTENCES` prose sentences (what its subject is and does: the
         context the best sentence is read in), from the best sentence's chunk (the passage, or for a refined strip
         its chunk fetched by id) or, where the section opened in an earlier chunk, from the chunks since its
-        opening (`section_before`). Returns the lead, the passages it is read from (`len(passages) + j` for the
-        j-th chunk the passages do not hold), the section (its title, its sentences in those chunks) and those
-        chunks.
+        opening (`section_before`).
         """
         before = section_before(self._fetch, chunk, held.title) if not held.opens else []
         if not held.opens and not before:
@@ -360,11 +371,11 @@ class ExtractiveGenerator:
         if not lead:
             return None
         used, read = _cited(lead, ordered, passages)
-        return _named(_joined(lead), held.title), used, Part(held.title, tuple(ordered), True), read
+        return Led(_named(_joined(lead), held.title), used, Part(held.title, tuple(ordered), True), read, ordered)
 
     def _ancestor_lead(
         self, question: str, passages: Sequence[Mapping[str, Any]], chunk: str, held: Part
-    ) -> tuple[str, list[int], Part, list[dict[str, Any]]] | None:
+    ) -> Led | None:
         """The lead of a page or section above the best sentence's whose subject the question names.
 
         A sub-section is an option, an example, a special case, an API entry. The sections above the best
@@ -419,11 +430,12 @@ class ExtractiveGenerator:
             sections = {section_of[sentence] for _, sentence in lead}
             used, read = _cited(lead, ordered, passages)
             title = section_of[lead[-1][1]]
-            return (
+            return Led(
                 _named(_joined(lead), section_of[lead[0][1]]),
                 used,
                 Part(title, tuple(s for s in ordered if section_of[s] in sections), True),
                 read,
+                ordered,
             )
         return None
 
@@ -450,6 +462,40 @@ class ExtractiveGenerator:
             where = _placed(doc, passages, read)
             used += [] if where in used else [where]
         return _joined([(text, text) for text in taken])
+
+    def _read_back(
+        self,
+        question: str,
+        section: Part,
+        where: Mapping[str, int | Document],
+        strips: Sequence[tuple[float, str, int, int]],
+        passages: Sequence[Mapping[str, Any]],
+        read: list[dict[str, Any]],
+    ) -> list[tuple[float, str, int, int]]:
+        """The section's sentences that stand in chunks read by id, graded under its title, to support its lead.
+
+        Retrieval may have returned a later chunk of a long section, and the sentence that answers stand in one
+        before it (the section's lead is read back through them): "The "%" (modulo) operator yields the remainder
+        ..." stands two chunks before the binary operations' chunk that ranked. Each as (score, sentence, where it
+        stands, position); its chunk is added to `read` (graded as its best sentence) and cited when it is kept.
+        """
+        have = {_normalised(t[1]) for t in strips}
+        fetched = [
+            (s, doc)
+            for s, doc in where.items()
+            if isinstance(doc, Document) and s in section.sentences and _normalised(s) not in have and prose(s)
+        ]
+        if not fetched:
+            return []
+        scores = checked_scores(self.reranker, question, [titled(section.title, s) for s, _ in fetched])
+        found = []
+        for k, (score, (sentence, doc)) in enumerate(zip(scores, fetched, strict=True)):
+            at = _placed(doc, passages, read)
+            entry = [*passages, *read][at]
+            if at >= len(passages):  # a chunk read by id: graded as its best sentence, where the lead's is not higher
+                read[at - len(passages)] = {**entry, "score": max(float(entry.get("score", 0.0)), score)}
+            found.append((score, sentence, at, k))
+        return found
 
     def _procedure(self, chunk: str, title: str) -> list[tuple[str, Document]]:
         """The steps section `title` goes on to from chunk `chunk`: a line introducing them, then the numbered steps.
