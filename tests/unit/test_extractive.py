@@ -451,6 +451,15 @@ def test_an_answer_shows_no_sentence_cut_short_by_a_code_block_it_leaves_out() -
     # the lead's colon introduced a grammar block the answer does not show: a full stop instead; the sentence that
     # ran into its example unfinished is left out, though it graded best
     assert answer.text == "Frob statements turn widgets into gadgets. Frobbing is fast and safe."
+    # a colon introducing a list the lead leaves out gives way to a full stop too; one introducing prose stays
+    listed = "The frob statement\n\nFrobbing runs in two steps:\n\n1. find the widget.\n\n2. turn it into a gadget."
+    passages = [{"chunk_id": "frob-0", "text": listed, "source": "frob.md", "score": 0.9}]
+    answer = ExtractiveGenerator(ScriptedReranker({"steps": 0.9})).generate("What does frobbing do?", passages)
+    assert answer.text == "Frobbing runs in two steps."
+    example = "The frob statement\n\nFrobbing is useful, for example:\n\nfrob all the widgets now"
+    passages = [{"chunk_id": "frob-0", "text": example, "source": "frob.md", "score": 0.9}]
+    answer = ExtractiveGenerator(ScriptedReranker({"useful": 0.9})).generate("What does frobbing do?", passages)
+    assert answer.text.startswith("Frobbing is useful, for example:")
 
 
 def test_a_section_resumed_after_its_entry_is_read_from_where_it_opened() -> None:

@@ -456,7 +456,7 @@ class ExtractiveGenerator:
         if not steps:
             return None
         first = split_sentences(lead)[0]
-        opening = [] if steps[0][0] in first else [first]  # the lead may be what introduces the steps
+        opening = [] if steps[0][0].rstrip(":") in first else [first]  # the lead may be what introduces the steps
         taken = _within([*opening, *(text for text, _ in steps)], EXPLAIN_WORDS)
         for _, doc in steps[: len(taken) - len(opening)]:
             where = _placed(doc, passages, read)
@@ -757,11 +757,12 @@ def _lead(sentences: Sequence[str], coded: set[str] | frozenset[str] = frozenset
     """A section's lead: its first `LEAD_SENTENCES` prose sentences (no code, row, note or reference line).
 
     Each as (its prose, the sentence it is read from). Of the sentences a code block follows (`coded`), one that runs
-    into it unfinished ("... is equivalent to") is no part of a lead, and one that introduces it ends with a full
-    stop instead of its colon: the lead shows no code.
+    into it unfinished ("... is equivalent to") is no part of a lead. A sentence whose colon introduces what a lead
+    never shows (code, a list, a table) ends with a full stop instead ("... is executed in two steps."); one whose
+    colon introduces a line of prose keeps it.
     """
     lead: list[tuple[str, str]] = []
-    for sentence in sentences:
+    for sentence, following in zip(sentences, [*sentences[1:], ""], strict=False):  # each with the one after it
         text = prose(sentence) if not is_reference_line(sentence) else None
         if text is None or len(text.split()) < LEAD_MIN_WORDS or _LEAD_IN.match(text) or _LIST_ITEM.match(text):
             continue
@@ -769,12 +770,18 @@ def _lead(sentences: Sequence[str], coded: set[str] | frozenset[str] = frozenset
             continue
         if lead and len(" ".join([*(t for t, _ in lead), text]).split()) > EXPLAIN_WORDS:
             break
-        if sentence in coded and text.endswith(":"):
+        if text.endswith(":") and not _says_on(following):  # it introduces code, a list or a table: no part of a lead
             text = f"{text[:-1]}."
         lead.append((text, sentence))
         if len(lead) == LEAD_SENTENCES:
             break
     return lead
+
+
+def _says_on(sentence: str) -> bool:
+    """Whether a sentence a colon introduces goes on in prose (an example line), not code, a list item or a row."""
+    text = prose(sentence)
+    return text is not None and not _LIST_ITEM.match(text)
 
 
 def _before_code(sentences: Sequence[str]) -> set[str]:
