@@ -422,6 +422,17 @@ def test_generation_faults_abstain() -> None:
     assert graph.invoke({"question": "q"})["crag"]["action"] == "abstain"
 
 
+def test_an_answer_citing_what_it_was_not_given_abstains(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fastcrag.generation.generators import Answer
+    from fastcrag.graph.nodes import generate
+
+    graph, *_ = make({"Eiffel": 0.9})
+    for broken in (Answer("Paris.", [7]), Answer("Paris.", [1], read=({"chunk_id": "x", "source": "y"},))):
+        monkeypatch.setattr(generate, "generate_answer", lambda *a, broken=broken, **k: broken)
+        out = graph.invoke({"question": "Where is the Eiffel Tower?"})
+        assert out["crag"]["action"] == "abstain" and out["crag"]["failure"].startswith("generation failed:")
+
+
 @pytest.mark.parametrize("question", ["", "   \n\t", "x" * 5000, "\x00\x01"])
 def test_unusable_questions_abstain(question: str) -> None:
     graph, _, _, retriever = make({"Eiffel": 0.9})

@@ -29,16 +29,11 @@ def generate(state: State, run: Run) -> dict[str, Any]:
         text = answer.text.strip()
         if not text:
             raise ValueError("the generator returned an empty answer")
+        citations = _citations(answer.used, [*passages, *answer.read])
     except Exception as exc:  # never an answer without grounding: abstain with the reason
         return {"failure": f"generation failed: {type(exc).__name__}: {exc}"}
     run.charge("generate_ms", run.ms())  # before the trace, which reports it
     timings = run.timings()
-    citations: list[Citation] = []
-    cited = [*passages, *answer.read]  # a chunk the answer read beyond the passages (a section's lead) follows them
-    for i in answer.used:
-        p = cited[i]
-        if all(c["chunk_id"] != p["chunk_id"] for c in citations):
-            citations.append({"chunk_id": p["chunk_id"], "source": p["source"], "score": round(p["score"], 6)})
     action = state.get("action") or "generate"
     metrics.record(action, timings)
     return {
@@ -53,6 +48,20 @@ def generate(state: State, run: Run) -> dict[str, Any]:
             message_id=answer.message_id,
         ),
     }
+
+
+def _citations(used: list[int], cited: list[Any]) -> list[Citation]:
+    """The passages an answer rests on, each chunk once, in the order it used them.
+
+    `cited` is the passages, then the chunks the answer read beyond them (a section's lead): index `len(passages) + j`
+    is the j-th of those. An index or a field missing is the generator's error: generation fails (and abstains).
+    """
+    citations: list[Citation] = []
+    for i in used:
+        p = cited[i]
+        if all(c["chunk_id"] != p["chunk_id"] for c in citations):
+            citations.append({"chunk_id": p["chunk_id"], "source": p["source"], "score": round(p["score"], 6)})
+    return citations
 
 
 def make(parts: Components) -> Node:
