@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 from fastcrag.generation import prompts
 from fastcrag.grading.reader import Span, is_reader
 from fastcrag.grading.reranker import Reranker, checked_scores
+from fastcrag.retrieval.blocks import FENCE
 from fastcrag.retrieval.lexical import terms
 from fastcrag.retrieval.sections import (
     FetchChunks,
@@ -786,7 +787,7 @@ def _says_on(sentence: str) -> bool:
 
 def _before_code(sentences: Sequence[str]) -> set[str]:
     """The sentences of one section's part that a code block follows there."""
-    return {s for s, after in itertools.pairwise(sentences) if after.startswith("```")}
+    return {s for s, after in itertools.pairwise(sentences) if after.startswith(FENCE)}
 
 
 def _reads_as_prose(sentence: str) -> bool:
@@ -811,7 +812,7 @@ def _sectioned(passage: Mapping[str, Any]) -> list[tuple[str, str]]:
     return [
         (section, s)
         for (section, s), (next_section, next_s) in zip(pieces, after, strict=True)
-        if not is_reference_line(s) and not (next_section == section and next_s.startswith("```") and unfinished(s))
+        if not is_reference_line(s) and not (next_section == section and next_s.startswith(FENCE) and unfinished(s))
     ]
 
 
