@@ -475,7 +475,7 @@ class ExtractiveGenerator:
     ) -> list[tuple[float, str, int, int]]:
         """The section's sentences that stand in chunks read by id, graded under its title, to support its lead.
 
-        Retrieval may have returned a later chunk of a long section, and the sentence that answers stand in one
+        Retrieval may have returned a later chunk of a long section, and the sentence that answers stands in one
         before it (the section's lead is read back through them): "The "%" (modulo) operator yields the remainder
         ..." stands two chunks before the binary operations' chunk that ranked. Each as (score, sentence, where it
         stands, position); its chunk is added to `read` (graded as its best sentence) and cited when it is kept.
@@ -492,8 +492,8 @@ class ExtractiveGenerator:
         found = []
         for k, (score, (sentence, doc)) in enumerate(zip(scores, fetched, strict=True)):
             at = _placed(doc, passages, read)
-            entry = [*passages, *read][at]
             if at >= len(passages):  # a chunk read by id: graded as its best sentence, where the lead's is not higher
+                entry = read[at - len(passages)]
                 read[at - len(passages)] = {**entry, "score": max(float(entry.get("score", 0.0)), score)}
             found.append((score, sentence, at, k))
         return found
