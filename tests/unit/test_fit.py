@@ -157,6 +157,11 @@ def test_training_pairs_skip_retrieval_misses() -> None:
     )
     assert answer_span(FitQuestion(5, "q", sources=("a",)), "anything") == ""
     assert hit.gold_removed_view(3) == [c for c in hit.candidates if not c.evidence][:3]
+    # with the base grader's scores, the negatives are its own mistakes: the candidates it scores highest
+    wide = item(FitQuestion(6, "wide", answers=("x",)), [True, False, False, False, False, False])
+    scores = {"text 1": 0.1, "text 2": 0.9, "text 3": 0.2, "text 4": 0.8, "text 5": 0.7}
+    pairs = training_pairs([wide], top_k=6, grade=lambda q, texts: [scores[t] for t in texts])
+    assert [p for _, p, label, _ in pairs if label == 0.0] == ["text 2", "text 4", "text 5"]
 
 
 def test_no_train_fit_writes_calibration_report_and_plots(tmp_path: Path, index: Path) -> None:

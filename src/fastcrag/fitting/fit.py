@@ -349,7 +349,7 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
         if opts.train:
             if base_spec == BI_ENCODER or not (Path(base_spec) / "model.onnx").is_file():
                 raise FitError(f"the grader {base.name!r} cannot be fine-tuned here; leave out --train")
-            pairs = training_pairs(fit_part, top_k)
+            pairs = training_pairs(fit_part, top_k, base_cached.score)  # negatives: the base grader's mistakes
             twins = twin_pairs(pseudo, top_k)  # hard negatives: the evidence with its sentence cut
             counts["training_pairs"], counts["pseudo_training_pairs"] = len(pairs), len(twins)
             pairs += twins

@@ -120,12 +120,15 @@ def answer_span(q: FitQuestion, text: str) -> str:
     return ""
 
 
-def training_pairs(items: Sequence[Labelled], top_k: int) -> list[tuple[str, str, float, str]]:
+def training_pairs(
+    items: Sequence[Labelled], top_k: int, grade: Callable[[str, list[str]], Sequence[float]] | None = None
+) -> list[tuple[str, str, float, str]]:
     """(question, passage, label, answer) examples from the fit part.
 
-    Evidence is 1; the best-ranked candidates without evidence (on topic, no answer) and an unanswerable question's
-    candidates are 0. Questions whose evidence was not retrieved give no pairs (a retrieval miss is not a negative).
-    `answer` is the answer phrase as the evidence states it (`answers` labels; it trains a reader's span head), else "".
+    Evidence is 1; the candidates without evidence (on topic, no answer) and an unanswerable question's candidates
+    are 0: the ones `grade` (the base grader) scores highest, its own mistakes, else the best-ranked. Questions whose
+    evidence was not retrieved give no pairs (a retrieval miss is not a negative). `answer` is the answer phrase as
+    the evidence states it (`answers` labels; it trains a reader's span head), else "".
     """
     pairs: list[tuple[str, str, float, str]] = []
     for item in items:
@@ -135,5 +138,9 @@ def training_pairs(items: Sequence[Labelled], top_k: int) -> list[tuple[str, str
         pairs += [(q.question, c.text, 1.0, answer_span(q, c.text)) for c in view if c.evidence][
             :POSITIVES_PER_QUESTION
         ]
-        pairs += [(q.question, c.text, 0.0, "") for c in view if not c.evidence][:NEGATIVES_PER_QUESTION]
+        negatives = [c for c in view if not c.evidence]
+        if grade is not None and negatives:
+            scores = grade(q.question, [c.text for c in negatives])
+            negatives = [c for _, c in sorted(zip(scores, negatives, strict=True), key=lambda t: -t[0])]
+        pairs += [(q.question, c.text, 0.0, "") for c in negatives][:NEGATIVES_PER_QUESTION]
     return pairs
