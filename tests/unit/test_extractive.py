@@ -268,6 +268,22 @@ def test_a_lead_is_the_sections_first_prose_wherever_it_stands_and_never_a_list_
     assert [r["chunk_id"] for r in answer.read] == ["frob-1"] and answer.used == [1, 0]
 
 
+def test_a_rule_of_where_a_thing_may_stand_is_no_part_of_its_lead() -> None:
+    text = (
+        'The frob statement\n\n"frob" may only occur syntactically nested in a widget block. If a gadget is '
+        'given, it is polished first. "frob" turns the widget into a gadget.'
+    )
+    grader = ScriptedReranker({"polished": 0.2, "turns": 0.3, "nested": 0.1})
+    passages = [{"chunk_id": "frob-0", "text": text, "source": "frob.md", "score": 0.9}]
+    answer = ExtractiveGenerator(grader).generate("What does the frob statement do?", passages)
+    # the lead is what it does; the rule of use may still support it
+    assert answer.text.startswith('If a gadget is given, it is polished first. "frob" turns the widget into a gadget.')
+    # a lead that opens with "It" is given its subject's name, as one opening with "This"
+    passages[0]["text"] = "The frob statement\n\nIt turns the widget into a gadget. A log is kept."
+    answer = ExtractiveGenerator(grader).generate("What does the frob statement do?", passages)
+    assert answer.text.startswith("The frob statement \u2014 It turns the widget into a gadget.")
+
+
 def test_a_question_about_a_pages_subject_is_answered_by_the_pages_opening() -> None:
     opening = (
         "frob-0",

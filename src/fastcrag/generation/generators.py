@@ -705,10 +705,17 @@ _LEAD_IN = re.compile(r"^(\S+\s+){0,3}\S+:$")
 _IDENTIFIER = re.compile(r"(?=\S+$)(?:[^A-Z].*|.*[._/\-].*|.*[a-z][A-Z].*)")
 """A heading that names a thing, not a topic: one token, lower-case first, dotted, dashed or camel-cased
 (`object.__del__`, `core.hooksPath`, `git-add`, `ort`), not a section's title (`Bugs`, `Binding of names`)."""
-_POINTS_BACK = re.compile(r"^(this|these)\s", re.IGNORECASE)
-"""A sentence that opens by pointing back to what it speaks of ("This is the default ...", "These hold ...")."""
+_POINTS_BACK = re.compile(r"^(this|these|it|they)\s", re.IGNORECASE)
+"""A sentence that opens by pointing back to what it speaks of ("This is the default ...", "It terminates ...")."""
 _LIST_ITEM = re.compile(r"^(?:[*\u2022-]|\d{1,2}[.)]|\([a-z0-9]\))\s")
 """A list item ("* ...", "1. ...", "(a) ..."): one step of what its lead-in introduces, no part of a lead."""
+_RESTRICTS = re.compile(
+    r"\b(?:may|can)\s+only\s+(?:occur|appear|be\s+(?:used|given|specified|called|combined))\b"
+    r"|\bis\s+only\s+(?:allowed|valid|permitted|meaningful)\b",
+    re.IGNORECASE,
+)
+"""A sentence that says where its subject may stand ("... may only occur syntactically nested in a function
+definition"): a rule of use, not what the subject is or does, so no part of a lead (it may support one)."""
 
 
 _STEP = re.compile(r"\d{1,2}[.)](\s|$)")
@@ -766,6 +773,8 @@ def _lead(sentences: Sequence[str], coded: set[str] | frozenset[str] = frozenset
     for sentence, following in zip(sentences, [*sentences[1:], ""], strict=False):  # each with the one after it
         text = prose(sentence) if not is_reference_line(sentence) else None
         if text is None or len(text.split()) < LEAD_MIN_WORDS or _LEAD_IN.match(text) or _LIST_ITEM.match(text):
+            continue
+        if _RESTRICTS.search(text):
             continue
         if sentence in coded and unfinished(sentence):
             continue
@@ -864,8 +873,8 @@ def _named(lead: str, title: str) -> str:
     By default ...", "ort \u2014 This is the default strategy ...": a colon would read as a table row, `Header: cell;
     ...`) so that the answer says what it is about. The subject is the nearest heading that is not a manual page's
     section name (NAME, DESCRIPTION: upper case), up to a qualifier (`git-add(1) Manual Page` gives git-add). A lead
-    that points back ("This ...", "These ...") is named unless it holds all of the subject's words; any other only
-    when the heading names a thing (`_IDENTIFIER`) and the lead holds none of its words.
+    that points back ("This ...", "These ...", "It ...") is named unless it holds all of the subject's words; any
+    other only when the heading names a thing (`_IDENTIFIER`) and the lead holds none of its words.
     """
     back = bool(_POINTS_BACK.match(lead))
     for heading in reversed(title.split(TITLE_JOINER)):
