@@ -284,6 +284,20 @@ def test_a_rule_of_where_a_thing_may_stand_is_no_part_of_its_lead() -> None:
     assert answer.text.startswith("The frob statement \u2014 It turns the widget into a gadget.")
 
 
+def test_a_lead_sentence_cut_where_its_chunk_ended_is_read_whole() -> None:
+    store = _store(("frob-0", 'The frob statement\n\nFrob maps each widget to a gadget: "a" gives "f('))
+    passages = [
+        {
+            "chunk_id": "frob-1",
+            "text": 'The frob statement (continued)\n\na)".\n\nGadgets are shiny.',
+            "score": 0.8,
+        }
+    ]
+    grader = ScriptedReranker({"shiny": 0.9})
+    answer = ExtractiveGenerator(grader, chunks=store).generate("What does frob do?", passages)  # type: ignore[arg-type]
+    assert answer.text == 'Frob maps each widget to a gadget: "a" gives "f(a)". Gadgets are shiny.'
+
+
 def test_a_question_about_a_pages_subject_is_answered_by_the_pages_opening() -> None:
     opening = (
         "frob-0",

@@ -722,6 +722,10 @@ _STEP = re.compile(r"\d{1,2}[.)](\s|$)")
 """A numbered step ("1. The context expression is evaluated ...")."""
 _CLOSERS = ")]\"'\u201d\u2019"
 """Closing brackets and quotes a sentence may end with after its punctuation."""
+_OPENERS = ("(", "[", '"', "'", "\u201c", "\u2018")
+"""Opening brackets and quotes: a sentence cut right after one goes on with no space."""
+_CUT_REST = re.compile(r"[a-z)\]\"'\u201d\u2019,.;:]")
+"""How the rest of a cut sentence opens: in lower case, or with a closing mark (`y)".`)."""
 _WORKS = re.compile(
     r"^how\s+(does|do|is|are)\b.*\b(works?|proceeds?|runs?|executes?|executed|happens?|carried out)\s*\??$"
 )
@@ -770,22 +774,40 @@ def _lead(sentences: Sequence[str], coded: set[str] | frozenset[str] = frozenset
     colon introduces a line of prose keeps it.
     """
     lead: list[tuple[str, str]] = []
-    for sentence, following in zip(sentences, [*sentences[1:], ""], strict=False):  # each with the one after it
+    whole = _rejoined(sentences)
+    for (sentence, source), (following, _) in zip(whole, [*whole[1:], ("", "")], strict=False):  # with the next
         text = prose(sentence) if not is_reference_line(sentence) else None
         if text is None or len(text.split()) < LEAD_MIN_WORDS or _LEAD_IN.match(text) or _LIST_ITEM.match(text):
             continue
         if _RESTRICTS.search(text):
             continue
-        if sentence in coded and unfinished(sentence):
+        if source in coded and unfinished(sentence):
             continue
         if lead and len(" ".join([*(t for t, _ in lead), text]).split()) > EXPLAIN_WORDS:
             break
         if text.endswith(":") and not _says_on(following):  # it introduces code, a list or a table: no part of a lead
             text = f"{text[:-1]}."
-        lead.append((text, sentence))
+        lead.append((text, source))
         if len(lead) == LEAD_SENTENCES:
             break
     return lead
+
+
+def _rejoined(sentences: Sequence[str]) -> list[tuple[str, str]]:
+    """Each sentence as it reads, with the sentence it starts at: one cut where a chunk ended is joined to its rest.
+
+    A chunker cuts a sentence longer than a chunk at the chunk's end (`... and "x>=y" calls "x.__ge__(` | `y)".`): a
+    sentence that stops unpunctuated, followed by one going on in lower case or with a closing mark, is one sentence.
+    """
+    whole: list[tuple[str, str]] = []
+    for sentence in sentences:
+        if whole and unfinished(whole[-1][0]) and _CUT_REST.match(sentence):
+            cut, start = whole[-1]
+            joiner = "" if cut.endswith(_OPENERS) or sentence[0] in _CLOSERS + ",.;:" else " "
+            whole[-1] = (f"{cut}{joiner}{sentence}", start)
+        else:
+            whole.append((sentence, sentence))
+    return whole
 
 
 def _says_on(sentence: str) -> bool:
