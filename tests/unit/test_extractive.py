@@ -322,6 +322,23 @@ def test_a_question_about_a_pages_subject_is_answered_by_the_pages_opening() -> 
     assert gen.generate("What does the -n option print?", passages).read == ()
 
 
+def test_a_pages_opening_is_read_past_a_synopsis_of_code_alone() -> None:
+    page = "frob(1) Manual Page \u203a "
+    chunks = (
+        ("frob-0", f"{page}NAME\n\nfrob - Turn widgets into gadgets"),
+        ("frob-1", f"{page}SYNOPSIS\n\n```\nfrob [-n <count>] <widget>...\n```"),
+        ("frob-2", f"{page}SYNOPSIS (continued)\n\n```\nfrob --list\nfrob --clear\n```"),
+        ("frob-3", f"{page}DESCRIPTION\n\nFrob turns each widget it is given into a gadget. It keeps a log."),
+    )
+    example = f"{page}EXAMPLES \u203a frob -n 3\n\nFrob three widgets at once and print nothing."
+    grader = ScriptedReranker({"three widgets": 0.9, "each widget": 0.5, "Turn widgets": 0.4})
+    passages = [{"chunk_id": "frob-5", "text": example, "source": "frob.1.html", "score": 0.9}]
+    gen = ExtractiveGenerator(grader, chunks=_store(*chunks))  # type: ignore[arg-type]
+    answer = gen.generate("What does frob do to a widget?", passages)
+    assert answer.text.startswith("frob - Turn widgets into gadgets. Frob turns each widget it is given into a gadget.")
+    assert [r["chunk_id"] for r in answer.read] == ["frob-0", "frob-3"]
+
+
 def test_a_question_about_a_sections_subject_is_answered_by_that_sections_lead() -> None:
     chunks = (
         ("seq-4", "Sequence Types \u203a Lists (continued)\n\nLists sort in place with sort()."),

@@ -390,8 +390,9 @@ class ExtractiveGenerator:
         "What does git revert do?" is answered by the page git-revert's opening (its one-line summary and its
         description), not by the example or option that ranked best; "What is a tuple?" by the section Tuples'
         lead, not by its entry `class tuple([iterable])`. An ancestor's lead is its first `LEAD_SENTENCES` prose
-        sentences over the `PAGE_START` chunks from where it opens (a page at its first chunk; a section where
-        `section_opening` finds it), fetched by id; the section returned holds the sentences of the sections the
+        sentences over the first `PAGE_START` chunks holding prose (of the `PAGE_REACH` from where it opens: a page at
+        its first chunk, a section where `section_opening` finds it; a long synopsis of code alone is passed over),
+        fetched by id; the section returned holds the sentences of the sections the
         lead stands in (where support is drawn from).
         """
         number = chunk_number(chunk)
@@ -411,11 +412,14 @@ class ExtractiveGenerator:
             ordered: dict[str, int | Document] = {}
             section_of: dict[str, str] = {}
             coded: set[str] = set()
-            wanted = range(opened, opened + PAGE_START)
+            prose_chunks = 0
+            wanted = range(opened, opened + PAGE_REACH)
             for _, doc in numbered_chunks(self._fetch, chunk, lambda _: wanted):
-                if doc is None:
+                if doc is None or prose_chunks == PAGE_START:
                     continue
-                for part in parts(doc.page_content):
+                chunk_parts = parts(doc.page_content)
+                prose_chunks += any(not s.startswith(FENCE) for part in chunk_parts for s in part.sentences)
+                for part in chunk_parts:
                     if part.title != ancestor and not part.title.startswith(ancestor + TITLE_JOINER):
                         continue  # a section after the ancestor's end
                     coded |= _before_code(part.sentences)
@@ -693,7 +697,9 @@ def span_sentence(span: Span, passage: str) -> tuple[str, str | None]:
 LEAD_MIN_WORDS = 3
 """A sentence shorter than this (a list number, "See step 7 below") does not lead an answer."""
 PAGE_START = 2
-"""How many chunks from a page's start are read for the page's lead (`_ancestor_lead`)."""
+"""How many chunks with prose from a page's start are read for the page's lead (`_ancestor_lead`)."""
+PAGE_REACH = 6
+"""... among its first chunks this many: those of code alone (a manual page's long synopsis) are passed over."""
 _QUALIFIER = re.compile(r"\(|:| [-\u2013\u2014] ")
 """Where a page's heading turns from what it is about to a qualifier: a manual section, a subtitle."""
 COMMON_IDF = 0.5
