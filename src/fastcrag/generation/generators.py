@@ -392,8 +392,8 @@ class ExtractiveGenerator:
         lead, not by its entry `class tuple([iterable])`. An ancestor's lead is its first `LEAD_SENTENCES` prose
         sentences over the first `PAGE_START` chunks holding prose (of the `PAGE_REACH` from where it opens: a page at
         its first chunk, a section where `section_opening` finds it; a long synopsis of code alone is passed over),
-        fetched by id; the section returned holds the sentences of the sections the
-        lead stands in (where support is drawn from).
+        fetched by id; the section returned holds the sentences of the sections the lead stands in (where support is
+        drawn from).
         """
         number = chunk_number(chunk)
         headings = held.title.split(TITLE_JOINER)
@@ -415,7 +415,9 @@ class ExtractiveGenerator:
             prose_chunks = 0
             wanted = range(opened, opened + PAGE_REACH)
             for _, doc in numbered_chunks(self._fetch, chunk, lambda _: wanted):
-                if doc is None or prose_chunks == PAGE_START:
+                if prose_chunks == PAGE_START:
+                    break
+                if doc is None:
                     continue
                 chunk_parts = parts(doc.page_content)
                 prose_chunks += any(not s.startswith(FENCE) for part in chunk_parts for s in part.sentences)
@@ -774,10 +776,11 @@ def _normalised(text: str) -> str:
 def _lead(sentences: Sequence[str], coded: set[str] | frozenset[str] = frozenset()) -> list[tuple[str, str]]:
     """A section's lead: its first `LEAD_SENTENCES` prose sentences (no code, row, note or reference line).
 
-    Each as (its prose, the sentence it is read from). Of the sentences a code block follows (`coded`), one that runs
-    into it unfinished ("... is equivalent to") is no part of a lead. A sentence whose colon introduces what a lead
-    never shows (code, a list, a table) ends with a full stop instead ("... is executed in two steps."); one whose
-    colon introduces a line of prose keeps it.
+    Each as (its prose, the sentence it is read from); a sentence the chunker cut where a chunk ended is read whole
+    (`_rejoined`). Of the sentences a code block follows (`coded`), one that runs into it unfinished ("... is
+    equivalent to") is no part of a lead, nor is a rule of where the subject may stand (`_RESTRICTS`). A sentence
+    whose colon introduces what a lead never shows (code, a list, a table) ends with a full stop instead ("... is
+    executed in two steps."); one whose colon introduces a line of prose keeps it.
     """
     lead: list[tuple[str, str]] = []
     whole = _rejoined(sentences)
