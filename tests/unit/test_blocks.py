@@ -209,6 +209,11 @@ def test_a_title_line_is_not_a_sentence_and_a_sentence_is_not_a_title() -> None:
         (f"Widgets{TITLE_JOINER}Flags", "Flags change things."),
     ]
     assert sectioned("Flags change things.") == [("", "Flags change things.")]  # an untitled chunk
+    # a list's bullet an HTML page set on a line of its own is no sentence
+    assert body_sentences("Commands\n\nThere are two.\n\n*\n\nfrob turns widgets.\n\n*") == [
+        "There are two.",
+        "frob turns widgets.",
+    ]
 
 
 def test_a_question_can_be_a_heading() -> None:

@@ -191,7 +191,8 @@ def sectioned(text: str) -> list[tuple[str, str]]:
     """A chunk's sentence strips (`body_sentences`), each with the title of the section it stands in.
 
     A strip before any heading inside the chunk is in the chunk's section (its title without the continued mark;
-    "" for an untitled chunk); one after such a heading is in that heading's section (the heading path).
+    "" for an untitled chunk); one after such a heading is in that heading's section (the heading path). A strip
+    without a letter or a digit (a list's bullet that an HTML page set on a line of its own) says nothing: none.
     """
     title, body = split_title(text)
     section = title.removesuffix(CONTINUED)
@@ -199,7 +200,7 @@ def sectioned(text: str) -> list[tuple[str, str]]:
     for strip in split_sentences(body):
         if is_heading(strip):
             section = strip
-        else:
+        elif any(ch.isalnum() for ch in strip):
             out.append((section, strip))
     return out
 
