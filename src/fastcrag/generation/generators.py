@@ -732,7 +732,7 @@ _CLOSERS = ")]\"'\u201d\u2019"
 """Closing brackets and quotes a sentence may end with after its punctuation."""
 _OPENERS = ("(", "[", '"', "'", "\u201c", "\u2018")
 """Opening brackets and quotes: a sentence cut right after one goes on with no space."""
-_CUT_REST = re.compile(r"[a-z)\]\"'\u201d\u2019,.;:]")
+_CUT_REST = re.compile(f"[a-z{re.escape(_CLOSERS)},.;:]")
 """How the rest of a cut sentence opens: in lower case, or with a closing mark (`y)".`)."""
 _WORKS = re.compile(
     r"^how\s+(does|do|is|are)\b.*\b(works?|proceeds?|runs?|executes?|executed|happens?|carried out)\s*\??$"
@@ -812,7 +812,7 @@ def _rejoined(sentences: Sequence[str]) -> list[tuple[str, str]]:
     for sentence in sentences:
         if whole and unfinished(whole[-1][0]) and _CUT_REST.match(sentence):
             cut, start = whole[-1]
-            joiner = "" if cut.endswith(_OPENERS) or sentence[0] in _CLOSERS + ",.;:" else " "
+            joiner = "" if cut.endswith(_OPENERS) or not sentence[0].isalpha() else " "  # a closing mark: no space
             whole[-1] = (f"{cut}{joiner}{sentence}", start)
         else:
             whole.append((sentence, sentence))
