@@ -209,6 +209,14 @@ def test_a_title_line_is_not_a_sentence_and_a_sentence_is_not_a_title() -> None:
         (f"Widgets{TITLE_JOINER}Flags", "Flags change things."),
     ]
     assert sectioned("Flags change things.") == [("", "Flags change things.")]  # an untitled chunk
+    # a heading path with a numbered heading inside a chunk is one heading, not a sentence "Chapter 11." and a rest
+    glossary = (
+        f"Chapter 11. Glossary{TITLE_JOINER}clone\n\nA copy.\n\nChapter 11. Glossary{TITLE_JOINER}commit\n\nA snapshot."
+    )
+    assert sectioned(glossary) == [
+        (f"Chapter 11. Glossary{TITLE_JOINER}clone", "A copy."),
+        (f"Chapter 11. Glossary{TITLE_JOINER}commit", "A snapshot."),
+    ]
     # a list's bullet an HTML page set on a line of its own is no sentence
     assert body_sentences("Commands\n\nThere are two.\n\n*\n\nfrob turns widgets.\n\n*") == [
         "There are two.",

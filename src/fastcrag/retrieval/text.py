@@ -216,6 +216,9 @@ def _prose_strips(text: str) -> list[str]:
         block = " ".join(block.split())
         if not block:
             continue
+        if is_heading(block):  # a heading path is one strip: "Chapter 11. Glossary" in it is no sentence
+            strips.append(block)
+            continue
         start = 0
         for match in _BOUNDARY.finditer(block):
             candidate = block[start : match.start()].strip()
