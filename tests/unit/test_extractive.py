@@ -484,6 +484,18 @@ def test_a_word_nearly_every_chunk_holds_need_not_be_said_to_name_a_page() -> No
     for idf in (None, {"kit": 4.0, "frob": 4.0}.get):
         gen = ExtractiveGenerator(grader, chunks=_store(opening), idf=idf)  # type: ignore[arg-type]
         assert gen.generate(question, passages).text.startswith("Frob three widgets")
+    # said or not, the suite's name is part of the subject: what else the question asks is what the lead must say
+    # ("What does git log show?": the page's lead "Shows the commit logs. ..." need not say git)
+    logs = (
+        "kit-log-0",
+        "kit-log(1) Manual Page \u203a NAME\n\nkit-log - Show logs\n\n"
+        "kit-log(1) Manual Page \u203a DESCRIPTION\n\nShows the logs of each widget, newest first.",
+    )
+    option = "kit-log(1) Manual Page \u203a OPTIONS \u203a --all\n\nWith --all, log shows the gadgets' logs too."
+    grader = ScriptedReranker({"gadgets' logs": 0.9, "each widget": 0.5})
+    passages = [{"chunk_id": "kit-log-3", "text": option, "source": "kit-log.1.html", "score": 0.9}]
+    gen = ExtractiveGenerator(grader, chunks=_store(logs), idf={"kit": 0.1, "log": 4.0}.get)  # type: ignore[arg-type]
+    assert gen.generate("What does kit log show?", passages).text.startswith("Shows the logs of each widget")
 
 
 def test_an_answer_shows_no_sentence_cut_short_by_a_code_block_it_leaves_out() -> None:

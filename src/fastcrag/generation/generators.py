@@ -382,7 +382,8 @@ class ExtractiveGenerator:
         A sub-section is an option, an example, a special case, an API entry. The sections above the best
         sentence's (its heading path's ancestors) are tried nearest first; one answers when the question's terms
         hold its subject (its heading up to a qualifier: `git-revert(1) Manual Page` gives git, revert; `Tuples`
-        gives tuple) and everything else the question asks is in its lead. The best sentence standing in a page's
+        gives tuple) and everything else the question asks (besides the subject's words, a suite's name it need not say
+        among them) is in its lead. The best sentence standing in a page's
         opening section too short to make a lead alone (a manual page's one-line summary), the page's lead answers
         whatever the question names. None when no ancestor does, or the lead found is the best sentence's own
         section's.
@@ -402,7 +403,8 @@ class ExtractiveGenerator:
         asked = set(terms(question))
         for depth in range(len(headings) - 1, 0, -1):
             ancestor = TITLE_JOINER.join(headings[:depth])
-            subject = self._telling(_subject(headings[depth - 1]))
+            whole = _subject(headings[depth - 1])
+            subject = self._telling(whole)
             named = bool(subject) and subject <= asked
             if not named and not (depth == 1 and number < PAGE_START):
                 continue
@@ -432,7 +434,7 @@ class ExtractiveGenerator:
             own = [section_of[sentence] == held.title for _, sentence in lead]
             if not lead or all(own):
                 continue  # the best sentence's own section makes the lead: it is the section's
-            if not own[0] and (not named or not asked - subject <= set(terms(_joined(lead)))):
+            if not own[0] and (not named or not asked - whole <= set(terms(_joined(lead)))):
                 continue  # not named, or asked about more than this lead says (one clause of a statement)
             sections = {section_of[sentence] for _, sentence in lead}
             used, read = _cited(lead, ordered, passages)
