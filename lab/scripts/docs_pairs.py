@@ -1,6 +1,6 @@
 """Grader training pairs from a documentation corpus: a section's lead answers the questions its heading asks.
 
-    python -m lab.scripts.docs_pairs CORPUS --out PAIRS.jsonl [--max-sections N] [--seed 13]
+    python -m lab.scripts.docs_pairs CORPUS --out PAIRS.jsonl [--details] [--max-sections N] [--seed 13]
 
 CORPUS is a folder of documentation pages (HTML, Markdown, text) that is neither evaluation set: the training
 corpus is PostgreSQL's manual as Debian ships it (`bash scripts/fetch_docs_corpus.sh --corpus postgresql DIR`).
@@ -17,6 +17,18 @@ templates, and passages read as the graph reads them (the section's title on its
 | a table row or a code block of the section | 0 |
 | the lead of another section whose subject shares a word with this one ("CREATE INDEX" for "CREATE TABLE") | 0 |
 | the lead of a section of another page, drawn at random | 0 |
+
+With `--details`, each section with later sentences also asks of one of them (a detail: "When does CREATE TABLE ...
+temporary dropped?", the subject and the sentence's rarest words, from `_DETAIL_TEMPLATES`):
+
+| passage | label |
+|---|---|
+| that sentence | 1 |
+| the section's text around it as a chunk holds it (code and rows included) | 1 |
+| the section's lead: on topic, but not the detail asked | `SIDE_LABEL` |
+| a later sentence of another page's section that shares one of the words asked | 0 |
+
+so that a question about a detail is answered by the sentence that holds it, not by the section's lead alone.
 
 The JSONL rows (`question`, `passage`, `label`, `group` = the page) are what `python -m lab train-reranker
 --user-data` mixes into the grader's pool; groups keep a page's pairs on one side of the dev split.
@@ -72,6 +84,22 @@ _PART_TEMPLATES = ("What is {s} in {p}?", "What does {s} mean in {p}?", "{p} {s}
 _ACTIVITY_TEMPLATES = ("{s}", "Explain {s}.", "How is {s} done?")
 """For a heading that names an activity ("Importing a Large Object"): "What is importing ...?" is not asked."""
 _MAX_SUBJECT_WORDS = 8
+_DETAIL_TEMPLATES = (
+    "What about {w} in {s}?",
+    "How does {s} handle {w}?",
+    "When does {s} {w}?",
+    "What happens with {w} in {s}?",
+    "{s}: {w}?",
+    "{s} {w}",
+)
+"""A question about one later sentence of a section: its subject and the sentence's rarest words (`{w}`)."""
+_STOPWORDS = frozenset(
+    "about above after again against also although another because been before being below between both cannot "
+    "could does doing down during each either else every from further have having here however into itself just "
+    "least less made make many might more most much must neither never none only other otherwise over same should "
+    "since some still such than that their them then there these they this those through thus under until upon used "
+    "uses using very were what when where whether which while will with within without would your".split()
+)
 
 
 @dataclass(frozen=True)
@@ -86,6 +114,7 @@ class Topic:
     opening: str
     side: tuple[str, ...]
     fragments: tuple[str, ...]
+    body: str = ""
 
 
 def subject_of(heading: str) -> str:
@@ -136,6 +165,7 @@ def page_topics(page: str, text: str) -> Iterator[Topic]:
             opening=" ".join(words[:CHUNK_WORDS]),
             side=side,
             fragments=fragments,
+            body=" ".join(words),
         )
 
 
@@ -152,8 +182,75 @@ def _words(text: str) -> set[str]:
     return {w for w in re.findall(r"[a-z0-9_]+", text.casefold()) if len(w) > 2}
 
 
-def make_pairs(topics: Sequence[Topic], rng: random.Random) -> list[dict[str, object]]:
-    """The labelled rows of every topic (see the module's table)."""
+def _detail_words(sentence: str) -> list[str]:
+    """The words of a sentence a detail question may ask with: no stop words, no short ones, each once."""
+    seen: dict[str, None] = {}
+    for w in re.findall(r"[A-Za-z][A-Za-z0-9_]{3,}", sentence):
+        if (low := w.casefold()) not in _STOPWORDS:
+            seen.setdefault(low)
+    return list(seen)
+
+
+def detail_question(topic: Topic, sentence: str, frequency: Counter[str], rng: random.Random) -> tuple[str, list[str]]:
+    """A question about one sentence of the topic: its subject and 2-3 of the sentence's rarest words, in their order.
+
+    Empty when the sentence has fewer than two words its subject does not already name.
+    """
+    named = _words(topic.subject)
+    words = [w for w in _detail_words(sentence) if w not in named]
+    if len(words) < 2:
+        return "", []
+    rarest = set(sorted(words, key=lambda w: (frequency[w], words.index(w)))[: rng.choice((2, 3))])
+    asked = [w for w in words if w in rarest]
+    return rng.choice(_DETAIL_TEMPLATES).format(s=topic.subject, w=" ".join(asked)), asked
+
+
+def _around(body: str, sentence: str) -> str:
+    """The section's text around `sentence` as a chunk holds it (a few words before it, `CHUNK_WORDS` in all)."""
+    words = body.split()
+    head = sentence.split()[:6]
+    for i in range(len(words) - len(head) + 1):
+        if words[i : i + len(head)] == head:
+            start = max(0, i - CHUNK_WORDS // 5)
+            return " ".join(words[start : start + CHUNK_WORDS])
+    return ""
+
+
+def _detail_rows(topics: Sequence[Topic], rng: random.Random) -> list[dict[str, object]]:
+    """The rows of a question about one later sentence of each topic (see the module's second table)."""
+    frequency: Counter[str] = Counter()
+    by_word: dict[str, list[tuple[int, str]]] = defaultdict(list)
+    for i, t in enumerate(topics):
+        for s in (t.lead, *t.side):
+            frequency.update(_detail_words(s))
+        for s in t.side:
+            for w in _detail_words(s):
+                by_word[w].append((i, s))
+    rows: list[dict[str, object]] = []
+    for topic in topics:
+        if not topic.side:
+            continue
+        sentence = rng.choice(topic.side)
+        q, asked = detail_question(topic, sentence, frequency, rng)
+        if not q:
+            continue
+
+        def add(passage: str, label: float, kind: str, topic: Topic = topic, q: str = q) -> None:
+            rows.append({"question": q, "passage": passage, "label": label, "group": topic.page, "kind": kind})
+
+        add(titled(topic.title, sentence), 1.0, "detail")
+        if chunk := _around(topic.body, sentence):
+            add(titled(topic.title, chunk), 1.0, "detail-chunk")
+        add(titled(topic.title, topic.lead), SIDE_LABEL, "detail-lead")
+        elsewhere = [(j, s) for w in asked for j, s in by_word[w] if topics[j].page != topic.page]
+        if elsewhere:
+            j, s = rng.choice(elsewhere)
+            add(titled(topics[j].title, s), 0.0, "detail-neighbour")
+    return rows
+
+
+def make_pairs(topics: Sequence[Topic], rng: random.Random, *, details: bool = False) -> list[dict[str, object]]:
+    """The labelled rows of every topic (see the module's tables; the second with `details`)."""
     by_word: dict[str, list[int]] = defaultdict(list)
     for i, t in enumerate(topics):
         for w in _words(t.subject):
@@ -188,6 +285,8 @@ def make_pairs(topics: Sequence[Topic], rng: random.Random) -> list[dict[str, ob
         other = topics[rng.randrange(len(topics))]
         if other.page != topic.page:
             add(titled(other.title, other.lead), 0.0, "random")
+    if details:
+        rows += _detail_rows(topics, rng)
     return rows
 
 
@@ -207,6 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m lab.scripts.docs_pairs", description=__doc__.split("\n")[0])
     ap.add_argument("corpus", help="a documentation folder that is neither evaluation set")
     ap.add_argument("--out", required=True, help="the JSONL of pairs to write")
+    ap.add_argument("--details", action="store_true", help="also ask of one later sentence of each section")
     ap.add_argument("--max-sections", type=int, default=0, help="sections drawn at random (0: all)")
     ap.add_argument("--seed", type=int, default=13)
     args = ap.parse_args(argv)
@@ -221,7 +321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rng = random.Random(args.seed)
     if args.max_sections and len(topics) > args.max_sections:
         topics = rng.sample(topics, args.max_sections)
-    rows = make_pairs(topics, rng)
+    rows = make_pairs(topics, rng, details=args.details)
     digest = hashlib.sha1("".join(t.page + t.title for t in topics).encode("utf-8")).hexdigest()[:12]
     write_text_atomic(Path(args.out), "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     kinds = Counter(str(r["kind"]) for r in rows)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 from pathlib import Path
 
 from fastcrag.retrieval.text import TITLE_JOINER
@@ -102,3 +103,34 @@ def test_an_empty_corpus_is_a_clear_error(tmp_path: Path) -> None:
     assert dp.main([str(tmp_path), "--out", str(tmp_path / "p.jsonl")]) == 2
     assert dp.main([str(tmp_path / "missing"), "--out", str(tmp_path / "p.jsonl")]) == 2
     assert not (tmp_path / "p.jsonl").exists()
+
+
+def test_details_ask_of_a_later_sentence_with_its_rarest_words(tmp_path: Path) -> None:
+    out = tmp_path / "pairs.jsonl"
+    assert dp.main([str(_corpus(tmp_path)), "--out", str(out), "--details"]) == 0
+    rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    details = [r for r in rows if r["kind"] == "detail"]
+    templates = " ".join(dp._DETAIL_TEMPLATES)
+    assert details and {float(r["label"]) for r in details} == {1.0}
+    for r in details:
+        sentence = str(r["passage"]).split("\n\n", 1)[1]
+        asked = [
+            w for w in dp._detail_words(str(r["question"])) if w not in dp._words("CREATE TABLE INDEX " + templates)
+        ]
+        assert asked and all(w in sentence.casefold() for w in asked)  # every word asked stands in the sentence
+    # the same question: the sentence's chunk too, the section's lead only as a side
+    q = details[0]["question"]
+    kinds = {r["kind"]: float(r["label"]) for r in rows if r["question"] == q}
+    assert kinds["detail-lead"] == dp.SIDE_LABEL
+    assert kinds.get("detail-chunk", 1.0) == 1.0
+    plain = tmp_path / "plain.jsonl"
+    assert dp.main([str(_corpus(tmp_path)), "--out", str(plain)]) == 0
+    assert "detail" not in plain.read_text(encoding="utf-8")  # details only when asked for
+
+
+def test_a_detail_question_needs_two_words_its_subject_does_not_name() -> None:
+    topic = dp.Topic("p", "CREATE TABLE", "CREATE TABLE", "", "lead", "", (), ())
+    rng = random.Random(2)
+    assert dp.detail_question(topic, "The table is created.", Counter(), rng) == ("", [])
+    q, asked = dp.detail_question(topic, "Otherwise it is created in the current schema.", Counter(), rng)
+    assert q and set(asked) <= {"otherwise", "created", "current", "schema"} and len(asked) >= 2
