@@ -217,6 +217,12 @@ def test_a_title_line_is_not_a_sentence_and_a_sentence_is_not_a_title() -> None:
         (f"Chapter 11. Glossary{TITLE_JOINER}clone", "A copy."),
         (f"Chapter 11. Glossary{TITLE_JOINER}commit", "A snapshot."),
     ]
+    # a footnote's mark after a full stop opens no sentence, and alone is none
+    assert body_sentences("Classes\n\nIts namespace is saved. [5] A class is made. [6]\n\n[1] + [2] is a list.") == [
+        "Its namespace is saved.",
+        "A class is made.",
+        "[1] + [2] is a list.",
+    ]
     # a list's bullet an HTML page set on a line of its own is no sentence
     assert body_sentences("Commands\n\nThere are two.\n\n*\n\nfrob turns widgets.\n\n*") == [
         "There are two.",

@@ -55,6 +55,8 @@ _ABBREVIATIONS = {
 }
 _BOUNDARY = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_FOOTNOTE_MARK = re.compile(r"^\[\d{1,3}\](?:\s+(?=[A-Z\"'(])|$)")
+"""A footnote's mark after a full stop ("... is saved. [5] A class object is ..."): it opens no sentence."""
 
 
 def clean_text(text: str) -> str:
@@ -192,17 +194,23 @@ def sectioned(text: str) -> list[tuple[str, str]]:
 
     A strip before any heading inside the chunk is in the chunk's section (its title without the continued mark;
     "" for an untitled chunk); one after such a heading is in that heading's section (the heading path). A strip
-    without a letter or a digit (a list's bullet that an HTML page set on a line of its own) says nothing: none.
+    without a letter or a digit (a list's bullet that an HTML page set on a line of its own) says nothing: none. A
+    footnote's mark that opens a strip is left out of it (the chunk keeps it).
     """
     title, body = split_title(text)
     section = title.removesuffix(CONTINUED)
     out: list[tuple[str, str]] = []
-    for strip in split_sentences(body):
+    for strip in map(_unmarked, split_sentences(body)):
         if is_heading(strip):
             section = strip
         elif any(ch.isalnum() for ch in strip):
             out.append((section, strip))
     return out
+
+
+def _unmarked(strip: str) -> str:
+    """A strip without the footnote mark it opens with ("[5] A class object is ..." after "... is saved.")."""
+    return _FOOTNOTE_MARK.sub("", strip)
 
 
 def is_heading(strip: str) -> bool:
