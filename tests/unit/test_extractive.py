@@ -401,6 +401,10 @@ def test_a_lead_that_does_not_name_its_subject_is_given_its_name() -> None:
     passages[0]["text"] = "core \u203a core.hooksPath\n\nBy default hooks are looked for in the hooks folder."
     answer = ExtractiveGenerator(grader).generate("What is the default hooks path?", passages)
     assert answer.text == "core.hooksPath \u2014 By default hooks are looked for in the hooks folder."
+    # an option whose heading opens a bracket at its qualifier is named without it
+    passages[0]["text"] = "commit \u203a --fixup=[(amend|reword):]<commit>\n\nBy default it is marked for a rebase."
+    answer = ExtractiveGenerator(grader).generate("What does --fixup do by default?", passages)
+    assert answer.text == "--fixup \u2014 By default it is marked for a rebase."
     # a lead that points back but names its subject too, or one that says what it speaks of, stays as it is
     for lead in ("These pages describe how merge joins histories.", "Merge joins two histories by default."):
         passages[0]["text"] = f"merge(1) Manual Page \u203a DESCRIPTION\n\n{lead}"

@@ -924,8 +924,11 @@ def _named(lead: str, title: str) -> str:
 
 
 def _name(heading: str) -> str:
-    """What a page or section is about, as its heading names it: the heading up to a qualifier."""
-    return _QUALIFIER.split(heading, maxsplit=1)[0].strip()
+    """What a page or section is about, as its heading names it: the heading up to a qualifier.
+
+    A bracket or an `=` the qualifier left open goes too (`--fixup=[(amend|reword):]<commit>` gives --fixup).
+    """
+    return _QUALIFIER.split(heading, maxsplit=1)[0].rstrip(" [{<=")
 
 
 def _subject(heading: str) -> set[str]:
