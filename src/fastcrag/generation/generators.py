@@ -382,11 +382,10 @@ class ExtractiveGenerator:
         A sub-section is an option, an example, a special case, an API entry. The sections above the best
         sentence's (its heading path's ancestors) are tried nearest first; one answers when the question's terms
         hold its subject (its heading up to a qualifier: `git-revert(1) Manual Page` gives git, revert; `Tuples`
-        gives tuple) and everything else the question asks (besides the subject's words, a suite's name it need not say
-        among them) is in its lead. The best sentence standing in a page's
-        opening section too short to make a lead alone (a manual page's one-line summary), the page's lead answers
-        whatever the question names. None when no ancestor does, or the lead found is the best sentence's own
-        section's.
+        gives tuple) and everything else the question asks (besides the subject's words, a suite's name it need not
+        say among them) is in its lead. The best sentence standing in a page's opening section too short to make a
+        lead alone (a manual page's one-line summary), the page's lead answers whatever the question names. None
+        when no ancestor does, or the lead found is the best sentence's own section's.
 
         "What does git revert do?" is answered by the page git-revert's opening (its one-line summary and its
         description), not by the example or option that ranked best; "What is a tuple?" by the section Tuples'
@@ -928,7 +927,7 @@ def _name(heading: str) -> str:
 
     A bracket or an `=` the qualifier left open goes too (`--fixup=[(amend|reword):]<commit>` gives --fixup).
     """
-    return _QUALIFIER.split(heading, maxsplit=1)[0].rstrip(" [{<=")
+    return _QUALIFIER.split(heading, maxsplit=1)[0].rstrip(" [{<=").strip()
 
 
 def _subject(heading: str) -> set[str]:

@@ -200,17 +200,12 @@ def sectioned(text: str) -> list[tuple[str, str]]:
     title, body = split_title(text)
     section = title.removesuffix(CONTINUED)
     out: list[tuple[str, str]] = []
-    for strip in map(_unmarked, split_sentences(body)):
+    for strip in (_FOOTNOTE_MARK.sub("", s) for s in split_sentences(body)):
         if is_heading(strip):
             section = strip
         elif any(ch.isalnum() for ch in strip):
             out.append((section, strip))
     return out
-
-
-def _unmarked(strip: str) -> str:
-    """A strip without the footnote mark it opens with ("[5] A class object is ..." after "... is saved.")."""
-    return _FOOTNOTE_MARK.sub("", strip)
 
 
 def is_heading(strip: str) -> bool:
