@@ -324,19 +324,20 @@ def test_a_question_about_a_pages_subject_is_answered_by_the_pages_opening() -> 
 
 def test_a_pages_opening_is_read_past_a_synopsis_of_code_alone() -> None:
     page = "frob(1) Manual Page \u203a "
+    # a synopsis as long as git-config's: seven chunks of code
+    synopsis = [(f"frob-{n}", f"{page}SYNOPSIS (continued)\n\n```\nfrob --list-{n}\n```") for n in range(1, 8)]
     chunks = (
         ("frob-0", f"{page}NAME\n\nfrob - Turn widgets into gadgets"),
-        ("frob-1", f"{page}SYNOPSIS\n\n```\nfrob [-n <count>] <widget>...\n```"),
-        ("frob-2", f"{page}SYNOPSIS (continued)\n\n```\nfrob --list\nfrob --clear\n```"),
-        ("frob-3", f"{page}DESCRIPTION\n\nFrob turns each widget it is given into a gadget. It keeps a log."),
+        *synopsis,
+        ("frob-8", f"{page}DESCRIPTION\n\nFrob turns each widget it is given into a gadget. It keeps a log."),
     )
     example = f"{page}EXAMPLES \u203a frob -n 3\n\nFrob three widgets at once and print nothing."
     grader = ScriptedReranker({"three widgets": 0.9, "each widget": 0.5, "Turn widgets": 0.4})
-    passages = [{"chunk_id": "frob-5", "text": example, "source": "frob.1.html", "score": 0.9}]
+    passages = [{"chunk_id": "frob-10", "text": example, "source": "frob.1.html", "score": 0.9}]
     gen = ExtractiveGenerator(grader, chunks=_store(*chunks))  # type: ignore[arg-type]
     answer = gen.generate("What does frob do to a widget?", passages)
     assert answer.text.startswith("frob - Turn widgets into gadgets. Frob turns each widget it is given into a gadget.")
-    assert [r["chunk_id"] for r in answer.read] == ["frob-0", "frob-3"]
+    assert [r["chunk_id"] for r in answer.read] == ["frob-0", "frob-8"]
 
 
 def test_a_question_about_a_sections_subject_is_answered_by_that_sections_lead() -> None:

@@ -701,8 +701,9 @@ LEAD_MIN_WORDS = 3
 """A sentence shorter than this (a list number, "See step 7 below") does not lead an answer."""
 PAGE_START = 2
 """How many chunks with prose from a page's start are read for the page's lead (`_ancestor_lead`)."""
-PAGE_REACH = 6
-"""... among its first chunks this many: those of code alone (a manual page's long synopsis) are passed over."""
+PAGE_REACH = 10
+"""... among its first chunks this many: those of code alone (a manual page's long synopsis: git-config's fills 7) are
+passed over."""
 _QUALIFIER = re.compile(r"\(|:| [-\u2013\u2014] ")
 """Where a page's heading turns from what it is about to a qualifier: a manual section, a subtitle."""
 COMMON_IDF = 0.5
