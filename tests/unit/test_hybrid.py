@@ -149,6 +149,7 @@ def test_keywords_keep_entities_numbers_and_quoted_phrases() -> None:
         "3.12",
     ]
     assert keywords("What is it?") == []
+    assert keywords('":"') == [] and keywords('What does ":" mean in a "slice"?') == ['"slice"']
     assert keyword_rewrite("Who founded Acme Corp in 1999?") == "founded Acme Corp 1999"
 
 

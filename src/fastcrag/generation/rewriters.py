@@ -34,8 +34,11 @@ def _keep(token: str) -> bool:
 
 
 def keywords(question: str) -> list[str]:
-    """Quoted phrases (quoted), then the question's other kept tokens in order, each once."""
-    phrases = [f'"{p.strip()}"' for p in _QUOTED.findall(question) if p.strip()]
+    """Quoted phrases (quoted), then the question's other kept tokens in order, each once.
+
+    A quoted phrase without a letter or a digit (`":"`) is no keyword: nothing to search for.
+    """
+    phrases = [f'"{p.strip()}"' for p in _QUOTED.findall(question) if any(ch.isalnum() for ch in p)]
     rest = _QUOTED.sub(" ", question)
     seen = {p.casefold() for p in phrases}
     out = list(dict.fromkeys(phrases))
