@@ -221,10 +221,11 @@ def _detail_rows(topics: Sequence[Topic], rng: random.Random) -> list[dict[str, 
     frequency: Counter[str] = Counter()
     by_word: dict[str, list[tuple[int, str]]] = defaultdict(list)
     for i, t in enumerate(topics):
-        for s in (t.lead, *t.side):
-            frequency.update(_detail_words(s))
+        frequency.update(_detail_words(t.lead))
         for s in t.side:
-            for w in _detail_words(s):
+            words = _detail_words(s)
+            frequency.update(words)
+            for w in words:
                 by_word[w].append((i, s))
     rows: list[dict[str, object]] = []
     for topic in topics:
