@@ -402,6 +402,10 @@ def test_a_lead_that_does_not_name_its_subject_is_given_its_name() -> None:
     passages[0]["text"] = "core \u203a core.hooksPath\n\nBy default hooks are looked for in the hooks folder."
     answer = ExtractiveGenerator(grader).generate("What is the default hooks path?", passages)
     assert answer.text == "core.hooksPath \u2014 By default hooks are looked for in the hooks folder."
+    # an entry's owner is no part of its name: "this object" does not name object.__enter__
+    passages[0]["text"] = "Methods \u203a object.__enter__(self)\n\nEnter the context of this object by default."
+    answer = ExtractiveGenerator(grader).generate("What does __enter__ do by default?", passages)
+    assert answer.text == "object.__enter__ \u2014 Enter the context of this object by default."
     # an option whose heading opens a bracket at its qualifier is named without it
     passages[0]["text"] = "commit \u203a --fixup=[(amend|reword):]<commit>\n\nBy default it is marked for a rebase."
     answer = ExtractiveGenerator(grader).generate("What does --fixup do by default?", passages)

@@ -918,7 +918,8 @@ def _named(lead: str, title: str) -> str:
             if back:
                 named = _subject(heading) <= said
             else:  # only a name of a thing (an API entry, an option) is given; a section's title is not ("Bugs")
-                named = not _IDENTIFIER.fullmatch(name) or bool(_subject(heading) & said)
+                # an entry's owner is no part of its name: "this object" does not name `object.__enter__`
+                named = not _IDENTIFIER.fullmatch(name) or bool(set(terms(name.rpartition(".")[2])) & said)
             return lead if named else f"{name} \u2014 {lead}"
     return lead
 
