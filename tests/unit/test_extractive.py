@@ -476,6 +476,32 @@ def test_an_explain_answer_is_read_from_the_best_ranked_chunk_that_says_it_in_pr
     assert answer.text.startswith("The following table lists the operators by precedence.") and answer.used[0] == 0
 
 
+def test_an_entry_the_question_names_is_read_before_a_better_ranked_neighbour() -> None:
+    index = "String Methods \u203a str.index(sub)\n\nLike find(), but raise ValueError when the substring is not found."
+    find = (
+        "String Methods \u203a str.find(sub)\n\nReturn the lowest index in the string where sub is found. "
+        "Return -1 if sub is not found."
+    )
+    grader = ScriptedReranker({"Like find()": 0.8, "Return -1": 0.6, "lowest index": 0.5})
+    passages = [
+        {"chunk_id": "str-7", "text": index, "source": "str.md", "score": 0.8},
+        {"chunk_id": "str-5", "text": find, "source": "str.md", "score": 0.7},
+    ]
+    answer = ExtractiveGenerator(grader).generate("What does str.find return when sub is not found?", passages)
+    assert answer.text.startswith("str.find \u2014 Return the lowest index") and "-1" in answer.text
+    assert answer.used[0] == 1
+    # a question naming no entry reads the best-ranked chunk, as before; an option is named by its dashes
+    answer = ExtractiveGenerator(grader).generate("What does find return when sub is not found?", passages)
+    assert answer.text.startswith("str.index \u2014 Like find()") and answer.used[0] == 0
+    merge = [
+        {"chunk_id": "m-2", "text": "merge \u203a --quit\n\nForget about the merge in progress.", "source": "m.md"},
+        {"chunk_id": "m-3", "text": "merge \u203a --abort\n\nAbort the merge and restore the state.", "source": "m.md"},
+    ]
+    grader = ScriptedReranker({"Forget": 0.9, "Abort": 0.5})
+    answer = ExtractiveGenerator(grader).generate("What does merge --abort do?", merge)
+    assert answer.text.startswith("Abort the merge") and answer.used[0] == 1
+
+
 def test_a_word_nearly_every_chunk_holds_need_not_be_said_to_name_a_page() -> None:
     opening = (
         "kit-frob-0",

@@ -7,7 +7,7 @@ import contextvars
 import itertools
 import logging
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, TypeVar
 
@@ -309,8 +309,11 @@ class ExtractiveGenerator:
         (an untitled chunk), that chunk's best sentences in reading order, led by the page's first prose where a
         fragment would open them.
         """
-        anchor = _anchor(passages, strips)
-        best = max((t for t in strips if t[2] in anchor), key=lambda t: t[0], default=max(strips, key=lambda t: t[0]))
+        entries = _entries_named(question, passages)
+        anchor = _anchor(passages, strips, entries)
+        anchored = [t for t in strips if t[2] in anchor]
+        anchored = [t for t in anchored if (t[2], t[3]) in entries] or anchored  # an entry named: its sentences
+        best = max(anchored, key=lambda t: t[0], default=max(strips, key=lambda t: t[0]))
         chunk, held = self._held(passages, best)  # the section part of the chunk the best sentence stands in
         led = (
             (self._ancestor_lead(question, passages, chunk, held) or self._section_lead(passages, best[2], chunk, held))
@@ -946,21 +949,58 @@ def _chunk_number(passage: Mapping[str, Any]) -> int:
     return int(tail) if tail.isdigit() else 1 << 30
 
 
-def _anchor(passages: Sequence[Mapping[str, Any]], strips: Sequence[tuple[float, str, int, int]]) -> set[int]:
+_ENTRY = re.compile(r"(?<![\w\-])(?:[^\W\d][\w\-]*[._][\w.\-]*\w|_\w*|--?[^\W\d][\w\-]*)")
+"""A name of an API entry or an option: dotted or with an underscore (`str.find`, `__init__`, `core.hooksPath`), or
+led by a dash (`--abort`, `-n`); not a hyphenated word (`fast-forward`) or a number (`3.14`)."""
+
+
+def _entry_names(text: str) -> set[str]:
+    """The entry names in `text` (`_ENTRY`), case-folded, each also by its last dotted part (`str.find` gives find)."""
+    names = {m.casefold().strip(".") for m in _ENTRY.findall(text)}
+    return names | {n.rpartition(".")[2] for n in names}
+
+
+def _entries_named(question: str, passages: Sequence[Mapping[str, Any]]) -> set[tuple[int, int]]:
+    """(passage index, position) of the sentences standing in an entry the question names: `str.find`, `--abort`.
+
+    An entry's heading names it (`str.find(sub[, start[, end]])`, `--abort`, `get(key[, default])` for "dict.get").
+    In an API reference, neighbouring entries speak of each other ("Like find(), but raise ValueError ..."), and the
+    grader's order need not put the entry asked about first.
+    """
+    asked = _entry_names(question)
+    if not asked:
+        return set()
+    found: set[tuple[int, int]] = set()
+    for i, p in enumerate(passages):
+        sections = [str(p.get("section") or "")] if p.get("strip") else [section for section, _ in _sectioned(p)]
+        for k, section in enumerate(sections):
+            name = _name(section.split(TITLE_JOINER)[-1]).casefold()
+            if name and ({name} | _entry_names(name)) & asked:
+                found.add((i, k))
+    return found
+
+
+def _anchor(
+    passages: Sequence[Mapping[str, Any]],
+    strips: Sequence[tuple[float, str, int, int]],
+    entries: Collection[tuple[int, int]] = (),
+) -> set[int]:
     """The passages of the chunk an explain answer is read from: the best-ranked one whose best sentence has prose.
 
     Refined strips of one chunk share its id. A chunk whose best sentence says nothing in prose (a table row, a
     grammar production, a version line: an operator table's row for "What do the in and not in operators do?")
     yields to the next one ranked that does; a note's words after its label are prose. With none, the best-ranked
-    chunk (the first passage's) stands.
+    chunk (the first passage's) stands. A chunk holding an entry the question names (`entries`, by its sentences'
+    places: `_entries_named`) comes before all others, read by that entry's sentences.
     """
     chunks: dict[object, set[int]] = {}
     for i, p in enumerate(passages):
         chunks.setdefault(p.get("chunk_id") if p.get("chunk_id") is not None else f"#{i}", set()).add(i)
-    for indices in chunks.values():
-        mine = [t for t in strips if t[2] in indices]
-        if mine and prose(without_label(max(mine, key=lambda t: t[0])[1])) is not None:
-            return indices
+    for pool in ([t for t in strips if (t[2], t[3]) in entries], strips):
+        for indices in chunks.values():
+            mine = [t for t in pool if t[2] in indices]
+            if mine and prose(without_label(max(mine, key=lambda t: t[0])[1])) is not None:
+                return indices
     return next(iter(chunks.values()), {0})
 
 
