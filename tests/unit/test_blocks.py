@@ -147,7 +147,8 @@ def test_html_keeps_headings_tables_code_and_lists(tmp_path: Path) -> None:
     html = (
         "<html><head><title>T</title></head><body><nav>menu</nav><h1>frob(1)</h1><h2>NAME</h2>"
         "<p>frob - turn <code>widgets</code> into gadgets.</p><table><tr><th>Option</th><th>Meaning</th></tr>"
-        "<tr><td>-v</td><td>verbose</td></tr></table><pre>frob -v x\n  done</pre><ul><li>one</li><li>two</li></ul>"
+        "<tr><td>-v</td><td>verbose</td></tr></table><pre>frob -v x\n  done</pre><ul><li>one</li><li>two</li>"
+        "<li><p><strong>three</strong> (<em>str</em>) \u2013 the item's words in a paragraph</p><p>More.</p></li></ul>"
         "</body></html>"
     )
     (tmp_path / "frob.html").write_text(html)
@@ -160,8 +161,21 @@ def test_html_keeps_headings_tables_code_and_lists(tmp_path: Path) -> None:
         (CODE, "```\nfrob -v x\n  done\n```"),
         (PROSE, "* one"),
         (PROSE, "* two"),
+        (PROSE, "* three (str) \u2013 the item's words in a paragraph"),  # the bullet on the line of its words
+        (PROSE, "More."),
     ]
     assert "menu" not in doc.text and "T" not in doc.text.split()
+
+
+def test_a_documentation_builds_copy_of_a_pages_source_is_not_indexed_again(tmp_path: Path) -> None:
+    (tmp_path / "guide").mkdir()
+    (tmp_path / "guide" / "cache.html").write_text("<h1>Caching</h1><p>Caching keeps results.</p>")
+    (tmp_path / "_sources" / "guide").mkdir(parents=True)
+    (tmp_path / "_sources" / "guide" / "cache.rst.txt").write_text("Caching\n=======\n\nCaching keeps results.\n")
+    (tmp_path / "_sources" / "notes.txt").write_text("Notes built into no page are read.\n")
+    assert [doc.source.rpartition("/")[2] for doc in load_documents([tmp_path])] == ["notes.txt", "cache.html"]
+    # read on its own, the copy is what was asked for
+    assert len(list(load_documents([tmp_path / "_sources"]))) == 2
 
 
 def test_html_definition_terms_head_their_definitions(tmp_path: Path) -> None:

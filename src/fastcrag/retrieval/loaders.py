@@ -93,9 +93,21 @@ def _html(path: Path) -> str:
     for tag in soup(_BLOCK_TAGS):
         tag.insert_before("\n\n" if tag.name not in ("li", "dt", "br", "tr") else "\n")
         if tag.name == "li":
-            tag.insert(0, "* ")
+            _opening_block(tag).insert(0, "* ")
         tag.insert_after("\n\n" if tag.name != "br" else "\n")
     return str(soup.get_text(""))
+
+
+def _opening_block(item: Any) -> Any:
+    """Where a list item's bullet goes: into the paragraph its words open with (`<li><p>...`).
+
+    The bullet then stands on the line of the item's first words, not on a line of its own before them.
+    """
+    while True:
+        first = next((c for c in item.contents if not isinstance(c, str) or c.strip()), None)
+        if first is None or isinstance(first, str) or first.name not in ("p", "div"):
+            return item
+        item = first
 
 
 def _term_heading(terms: list[Any]) -> None:
@@ -164,7 +176,11 @@ def iter_files(paths: list[Path]) -> Iterator[Path]:
     """Every supported file under the given files and folders, in a stable order."""
     for path in paths:
         if path.is_dir():
-            yield from (p for p in sorted(path.rglob("*")) if p.is_file() and _suffix(p) in SUFFIXES)
+            yield from (
+                p
+                for p in sorted(path.rglob("*"))
+                if p.is_file() and _suffix(p) in SUFFIXES and not _source_copy(p, path)
+            )
         elif path.is_file():
             if _suffix(path) in SUFFIXES:
                 yield path
@@ -172,6 +188,22 @@ def iter_files(paths: list[Path]) -> Iterator[Path]:
                 log.warning("%s: unsupported file type; supported: %s", path, ", ".join(sorted(SUFFIXES)))
         else:
             raise FileNotFoundError(f"no such file or folder: {path}")
+
+
+def _source_copy(path: Path, root: Path) -> bool:
+    """Whether `path` is a documentation build's copy of a page's source whose built page is under `root` too.
+
+    Sphinx keeps the text each HTML page was built from under `_sources/` (`_sources/patterns/caching.rst.txt` beside
+    `patterns/caching.html`): the same page again, with its markup. The built page is indexed, once.
+    """
+    parts = path.relative_to(root).parts
+    if "_sources" not in parts[:-1]:
+        return False
+    at = parts.index("_sources")
+    name = parts[-1].removesuffix(".txt")
+    if Path(name).suffix.lower() in TEXT_SUFFIXES:
+        name = Path(name).stem
+    return root.joinpath(*parts[:at], *parts[at + 1 : -1], f"{name}.html").is_file()
 
 
 def read_file(path: Path) -> Iterator[SourceDocument]:
