@@ -195,6 +195,30 @@ def test_html_definition_terms_head_their_definitions(tmp_path: Path) -> None:
     ]
 
 
+def test_an_api_entrys_parameters_and_methods_are_sections_within_it(tmp_path: Path) -> None:
+    params = ", ".join(f'<em class="sig-param">p{i}=None</em>' for i in range(8))
+    html = (
+        '<h1>Frob</h1><h2>API</h2><dl class="py class"><dt class="sig sig-object py"><em class="property">'
+        '<span class="pre">class</span><span class="w"> </span></em><span class="pre">frob.</span>'
+        f'<span class="pre">Widget</span><span class="sig-paren">(</span>{params}<span class="sig-paren">)</span>'
+        '<a class="headerlink">\u00b6</a></dt><dd><p>Represents a widget.</p><dl class="field-list simple">'
+        '<dt class="field-odd">Parameters<span class="colon">:</span></dt><dd class="field-odd"><ul class="simple">'
+        "<li><p><strong>p0</strong> (<em>str</em>) \u2013 The first.</p></li></ul></dd></dl>"
+        '<dl class="py method"><dt class="sig sig-object py"><span class="pre">turn</span>'
+        '<span class="sig-paren">(</span><em class="sig-param">x</em><span class="sig-paren">)</span></dt>'
+        "<dd><p>Turn it.</p></dd></dl></dd></dl>"
+    )
+    (tmp_path / "frob.html").write_text(html)
+    (doc,) = load_documents([tmp_path])
+    got = [(s.title.split(TITLE_JOINER), [b.text for b in s.blocks]) for s in sections(doc.text)]
+    # the signature as written, its long parameter list shortened; what the entry holds is a level below it
+    assert got == [
+        (["Frob", "API", "class frob.Widget(...)"], ["Represents a widget."]),
+        (["Frob", "API", "class frob.Widget(...)", "Parameters"], ["* p0 (str) \u2013 The first."]),
+        (["Frob", "API", "class frob.Widget(...)", "turn(x)"], ["Turn it."]),
+    ]
+
+
 @pytest.mark.parametrize(
     ("text", "kind"),
     [

@@ -406,6 +406,10 @@ def test_a_lead_that_does_not_name_its_subject_is_given_its_name() -> None:
     passages[0]["text"] = "Methods \u203a object.__enter__(self)\n\nEnter the context of this object by default."
     answer = ExtractiveGenerator(grader).generate("What does __enter__ do by default?", passages)
     assert answer.text == "object.__enter__ \u2014 Enter the context of this object by default."
+    # an API entry's kind (Sphinx's "class", "classmethod", "property") is no part of its name
+    passages[0]["text"] = "Methods \u203a classmethod object.__init_subclass__(cls)\n\nThis is called by default."
+    answer = ExtractiveGenerator(grader).generate("What does __init_subclass__ do by default?", passages)
+    assert answer.text == "object.__init_subclass__ \u2014 This is called by default."
     # an option whose heading opens a bracket at its qualifier is named without it
     passages[0]["text"] = "commit \u203a --fixup=[(amend|reword):]<commit>\n\nBy default it is marked for a rebase."
     answer = ExtractiveGenerator(grader).generate("What does --fixup do by default?", passages)

@@ -708,6 +708,13 @@ PAGE_REACH = 10
 """... among its first chunks this many: those of code alone (a manual page's long synopsis: git-config's fills 7) are
 passed over."""
 _QUALIFIER = re.compile(r"\(|:| [-\u2013\u2014] ")
+_KIND = re.compile(
+    r"^(?:(?:abstract|async|static)\s+)*"
+    r"(?:class|classmethod|staticmethod|method|property|exception|function|attribute|data|decorator)\s+"
+    r"(?=[^\W\d][\w.]*(?:\(|\s*$))"
+)
+"""What kind of entry an API reference's heading names before its name (`class tuple([iterable])`, `property
+flask.Flask.debug`): Sphinx's annotations."""
 """Where a page's heading turns from what it is about to a qualifier: a manual section, a subtitle."""
 COMMON_IDF = 0.5
 """A word whose inverse document frequency is below this stands in nearly every chunk (BM25's idf: in ~60% of them)."""
@@ -930,9 +937,10 @@ def _named(lead: str, title: str) -> str:
 def _name(heading: str) -> str:
     """What a page or section is about, as its heading names it: the heading up to a qualifier.
 
-    A bracket or an `=` the qualifier left open goes too (`--fixup=[(amend|reword):]<commit>` gives --fixup).
+    A bracket or an `=` the qualifier left open goes too (`--fixup=[(amend|reword):]<commit>` gives --fixup), and
+    so does an API entry's kind (`classmethod object.__init_subclass__(cls)` gives object.__init_subclass__).
     """
-    return _QUALIFIER.split(heading, maxsplit=1)[0].rstrip(" [{<=").strip()
+    return _QUALIFIER.split(_KIND.sub("", heading.strip()), maxsplit=1)[0].rstrip(" [{<=").strip()
 
 
 def _subject(heading: str) -> set[str]:

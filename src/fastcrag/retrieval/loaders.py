@@ -50,6 +50,10 @@ def _read_text(path: Path) -> str:
 
 
 _HEADING_TAGS = ["h1", "h2", "h3", "h4", "h5", "h6"]
+SIGNATURE_PARAMETERS = 40
+"""Characters of an API signature's parameters a heading keeps whole; a longer list reads `name(...)`."""
+_LEVEL = "data-heading-level"
+"""Marks a definition list with the heading level its terms were given (a nested list's terms go a level below)."""
 _BLOCK_TAGS = ["p", "div", "li", "dd", "dt", "blockquote", "section", "article", "main", "br", "tr", "ul", "ol", "dl"]
 
 
@@ -111,15 +115,35 @@ def _opening_block(item: Any) -> Any:
 
 
 def _term_heading(terms: list[Any]) -> None:
-    """Definition-list terms (`dt`) as one Markdown heading, a level below the heading above them."""
+    """Definition-list terms (`dt`) as one Markdown heading, a level below the heading above them.
+
+    A list within a definition (an API entry's parameters, a class's methods) goes a level below that definition's
+    terms. An API signature (Sphinx's `dt.sig`) is read as written, its parameters shortened where they would fill
+    the heading every chunk of the entry opens with.
+    """
     if not terms:
         return
-    text = ", ".join(t for t in (" ".join(d.get_text(" ").split()).rstrip("¶#").strip() for d in terms) if t)
-    above = terms[0].find_previous(_HEADING_TAGS)
-    level = min(int(above.name[1]) + 1, 6) if above is not None else 2
+    text = ", ".join(t for t in (_term_text(d) for d in terms) if t).removesuffix(":").rstrip()  # "Parameters:"
+    outer = terms[0].parent.find_parent("dl", attrs={_LEVEL: True})
+    if outer is not None:  # a definition list within a definition: a level below that definition's terms
+        level = min(int(outer[_LEVEL]) + 1, 6)
+    else:
+        above = terms[0].find_previous(_HEADING_TAGS)
+        level = min(int(above.name[1]) + 1, 6) if above is not None else 2
+    terms[0].parent[_LEVEL] = str(level)
     for extra in terms[1:]:
         extra.decompose()
     terms[0].replace_with(f"\n\n{'#' * level} {text}\n\n" if text else "")
+
+
+def _term_text(term: Any) -> str:
+    signature = "sig" in (term.get("class") or [])
+    text = " ".join(term.get_text("" if signature else " ").split()).rstrip("¶#").strip()
+    if signature:
+        name, paren, rest = text.partition("(")
+        if paren and len(rest) > SIGNATURE_PARAMETERS:
+            text = f"{name}(...){rest[rest.rfind(')') + 1 :]}"
+    return text
 
 
 def _pdf(path: Path) -> str:
