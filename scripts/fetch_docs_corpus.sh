@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Fetch a documentation corpus as Debian ships it:
 #
-#   bash scripts/fetch_docs_corpus.sh [--corpus git|postgresql|django] DIR
+#   bash scripts/fetch_docs_corpus.sh [--corpus git|flask|postgresql|django] DIR
 #
 # git (the default): Git's HTML manual, package git-doc 1:2.39.5-0+deb12u3 (Debian 12 "bookworm", GPL-2): the
 # manual's top-level HTML pages (the command manual pages, the user manual, the tutorials, the glossary: 205 pages).
 # It is the second evaluation corpus: tests/data/docs_devset_git.jsonl names pages relative to DIR.
+# flask: Flask 2.2's documentation as Sphinx built it, package python-flask-doc 2.2.2-3 (BSD-3-Clause): the whole build
+# folder (77 pages, with the `_sources` copies of their text and the static files beside them), as a user would index
+# it. It is the third evaluation corpus: tests/data/docs_devset_flask.jsonl names pages relative to DIR.
 # postgresql: PostgreSQL 15's HTML manual, package postgresql-doc-15 15.18-0+deb12u1 (PostgreSQL Licence; 1,167 pages).
 # django: Django 3.2's HTML documentation, package python-django-doc 3:3.2.25-0+deb12u3 (BSD-3-Clause): its reference,
 # topic guides, how-tos, FAQ, tutorials and glossary (233 pages; not the release notes nor the source listings).
@@ -24,7 +27,7 @@ die() { echo "fetch_docs_corpus: $*" >&2; exit 1; }
 
 CORPUS=git
 if [ "${1:-}" = "--corpus" ]; then
-    [ $# -ge 2 ] || die "--corpus needs git, postgresql or django"
+    [ $# -ge 2 ] || die "--corpus needs git, flask, postgresql or django"
     CORPUS="$2"
     shift 2
 fi
@@ -38,6 +41,16 @@ git)
     DOCS=usr/share/doc/git-doc
     COPYRIGHT=usr/share/doc/git-doc/copyright
     PARTS=""  # the top-level pages
+    ;;
+flask)
+    PACKAGE=python-flask-doc
+    VERSION="2.2.2-3"
+    FILE="python-flask-doc_2.2.2-3_all.deb"
+    POOL="pool/main/f/flask/$FILE"
+    SHA256=0659f6a04b15fe3f907150cadc0399fe987c790e722e001b73f7e49fa5ecca15
+    DOCS=usr/share/doc/python-flask-doc/html
+    COPYRIGHT=usr/share/doc/python-flask-doc/copyright
+    PARTS=ALL  # the build folder whole
     ;;
 postgresql)
     PACKAGE=postgresql-doc-15
@@ -59,12 +72,12 @@ django)
     COPYRIGHT=usr/share/doc/python-django-doc/copyright
     PARTS="ref topics howto faq intro glossary.html"  # these folders' pages, with their paths
     ;;
-*) die "unknown corpus '$CORPUS' (git, postgresql or django)" ;;
+*) die "unknown corpus '$CORPUS' (git, flask, postgresql or django)" ;;
 esac
 MIRROR="${FASTRAG_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 MARKER=".fastcrag-corpus"
 
-[ $# -eq 1 ] || die "usage: bash scripts/fetch_docs_corpus.sh [--corpus git|postgresql|django] DIR (the folder to put it in)"
+[ $# -eq 1 ] || die "usage: bash scripts/fetch_docs_corpus.sh [--corpus git|flask|postgresql|django] DIR (the folder to put it in)"
 DEST="$1"
 STAMP="$PACKAGE=$VERSION sha256=$SHA256"
 
@@ -115,6 +128,8 @@ mkdir -p "$(dirname "$DEST")"
 NEW="$(mktemp -d "$(dirname "$DEST")/.fetch-docs-corpus.XXXXXX")"
 if [ -z "$PARTS" ]; then
     find "$WORK/root/$DOCS" -maxdepth 1 -type f -name '*.html' -exec cp -p {} "$NEW/" \;
+elif [ "$PARTS" = ALL ]; then
+    cp -pR "$WORK/root/$DOCS/." "$NEW/"
 else
     # shellcheck disable=SC2086  # PARTS is a list of paths
     (cd "$WORK/root/$DOCS" && find $PARTS -type f -name '*.html' -exec cp -p --parents {} "$NEW/" \;)

@@ -145,7 +145,8 @@ def test_a_long_code_block_is_cut_between_lines_into_fenced_pieces() -> None:
 
 def test_html_keeps_headings_tables_code_and_lists(tmp_path: Path) -> None:
     html = (
-        "<html><head><title>T</title></head><body><nav>menu</nav><h1>frob(1)</h1><h2>NAME</h2>"
+        '<html><head><title>T</title></head><body><nav>menu</nav><div role="navigation"><ul><li>index</li></ul></div>'
+        "<h1>frob(1)</h1><h2>NAME</h2>"
         "<p>frob - turn <code>widgets</code> into gadgets.</p><table><tr><th>Option</th><th>Meaning</th></tr>"
         "<tr><td>-v</td><td>verbose</td></tr></table><pre>frob -v x\n  done</pre><ul><li>one</li><li>two</li>"
         "<li><p><strong>three</strong> (<em>str</em>) \u2013 the item's words in a paragraph</p><p>More.</p></li></ul>"
@@ -164,7 +165,7 @@ def test_html_keeps_headings_tables_code_and_lists(tmp_path: Path) -> None:
         (PROSE, "* three (str) \u2013 the item's words in a paragraph"),  # the bullet on the line of its words
         (PROSE, "More."),
     ]
-    assert "menu" not in doc.text and "T" not in doc.text.split()
+    assert "menu" not in doc.text and "T" not in doc.text.split() and "index" not in doc.text  # furniture, by role too
 
 
 def test_a_documentation_builds_copy_of_a_pages_source_is_not_indexed_again(tmp_path: Path) -> None:

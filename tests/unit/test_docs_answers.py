@@ -30,6 +30,7 @@ from fastcrag.retrieval.structure import fragment, opening
 
 DEVSET = Path(__file__).resolve().parents[1] / "data" / "docs_devset_python.jsonl"
 GIT_DEVSET = DEVSET.with_name("docs_devset_git.jsonl")
+FLASK_DEVSET = DEVSET.with_name("docs_devset_flask.jsonl")
 
 WITH = DocsQuestion(
     "with",
@@ -318,6 +319,17 @@ def test_the_git_set_is_thirty_distinct_questions_with_their_facts() -> None:
     kinds = {k: sum(q.kind == k for q in questions) for k in ("explain", "how", "factoid")}
     assert kinds == {"explain": 18, "how": 7, "factoid": 5}
     for q in questions:  # its own sentence, cited from its page wherever the corpus lies, has the substance
+        r = score_answer(q, q.sentence, [f"/any/folder/{q.sources[0]}"])
+        assert r["substance"] and r["sentence"] and r["topic_first"] and r["fragment"] is None, q.id
+
+
+def test_the_flask_set_is_twenty_distinct_questions_with_their_facts() -> None:
+    questions = load_questions(FLASK_DEVSET)
+    assert len(questions) == 20 and len({q.question for q in questions}) == 20
+    assert all(q.id.startswith("fl-") and q.sentence and q.key_terms and q.sources for q in questions)
+    # pages relative to the Sphinx build's folder (scripts/fetch_docs_corpus.sh --corpus flask)
+    assert all(s.endswith(".html") and not s.startswith("/") and "\\" not in s for q in questions for s in q.sources)
+    for q in questions:
         r = score_answer(q, q.sentence, [f"/any/folder/{q.sources[0]}"])
         assert r["substance"] and r["sentence"] and r["topic_first"] and r["fragment"] is None, q.id
 

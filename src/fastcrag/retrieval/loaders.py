@@ -52,6 +52,8 @@ def _read_text(path: Path) -> str:
 _HEADING_TAGS = ["h1", "h2", "h3", "h4", "h5", "h6"]
 SIGNATURE_PARAMETERS = 40
 """Characters of an API signature's parameters a heading keeps whole; a longer list reads `name(...)`."""
+_FURNITURE_ROLES = frozenset({"navigation", "search", "banner", "contentinfo", "complementary"})
+"""ARIA landmark roles of page furniture: the roles of `nav`, a search form, `header`, `footer` and `aside`."""
 _LEVEL = "data-heading-level"
 """Marks a definition list with the heading level its terms were given (a nested list's terms go a level below)."""
 _BLOCK_TAGS = ["p", "div", "li", "dd", "dt", "blockquote", "section", "article", "main", "br", "tr", "ul", "ol", "dl"]
@@ -67,6 +69,9 @@ def _html(path: Path) -> str:
         ["head", "script", "style", "noscript", "template", "nav", "header", "footer", "aside", "form", "button"]
     ):
         tag.decompose()
+    for tag in soup.select("[role]"):  # the same, marked by role (Sphinx's related links and sidebar)
+        if not tag.decomposed and tag.get("role") in _FURNITURE_ROLES:  # (not inside furniture already gone)
+            tag.decompose()
     for pre in soup("pre"):
         pre.replace_with(f"\n\n```\n{pre.get_text().strip(chr(10))}\n```\n\n")
     for table in soup("table"):
