@@ -183,7 +183,8 @@ def test_strip_markup_keeps_words_drops_markup() -> None:
     rst = (
         "The with statement\n******************\n\n.. note::\n   :class: aside\n\n   Body stays.\n\n"
         "See :func:`os.path.join`, ``x = 1``, `Python <https://python.org>`_ and **PEP 343**.\n"
-        ".. a comment\n## Heading\nDots.......... here; a**2 and f(**kwargs) stay."
+        ".. a comment\n## Heading\nDots.......... here; a**2 and f(**kwargs) stay.\n"
+        "Raise :exc:`~werkzeug.exceptions.NotFound` or :func:`!abort` with the `blinker`_ library, `here`__."
     )
     out = strip_markup(rst)
     assert out.startswith("The with statement\n\n")
@@ -191,6 +192,7 @@ def test_strip_markup_keeps_words_drops_markup() -> None:
         assert gone not in out, gone
     for kept in ("Body stays.", "os.path.join", "x = 1", "Python", "PEP 343", "Heading", "a**2", "**kwargs"):
         assert kept in out, kept
+    assert "Raise NotFound or abort with the blinker library, here." in out  # as Sphinx shows them
     assert split_sentences(out)[0] == "The with statement"
 
 

@@ -71,7 +71,9 @@ _RULE_LINE = re.compile(r"^[ \t]*([-=~^*#+_.:'\"`<>|])\1{3,}[ \t]*$", re.MULTILI
 _DIRECTIVE = re.compile(r"^[ \t]*\.\.[ \t]+[\w-]+::.*\n?(?:[ \t]+:[\w -]+:.*\n?)*", re.MULTILINE)  # and its options
 _COMMENT = re.compile(r"^[ \t]*\.\.(?:[ \t].*)?$", re.MULTILINE)  # comments, targets, substitutions
 _ROLE = re.compile(r":(?:[\w-]+:)?[\w-]+:`([^`<\n]*?)(?:\s*<[^>\n]*>)?`")
+_SHORT_TARGET = re.compile(r"^[!~]([\w.]+)$")  # :class:`~a.b.C` shows C; `!` shows its target unlinked
 _LINK = re.compile(r"`([^`<\n]+?)\s*<[^>\n]*>`_{1,2}")
+_REFERENCE = re.compile(r"`([^`<\n]+)`_{1,2}(?!\w)")  # `blinker`_: a link to a target defined elsewhere
 _LITERAL = re.compile(r"``([^`\n]+)``")
 _BOLD = re.compile(r"(?<![\w*])\*\*([^\s*](?:[^*\n]*?[^\s*])?)\*\*(?![\w*])")  # not x**2, not **kwargs
 _MD_HEADING = re.compile(r"^[ \t]{0,3}#{1,6}[ \t]+", re.MULTILINE)
@@ -82,19 +84,29 @@ def strip_markup(text: str) -> str:
     """Remove markup that is not text, keeping the words it decorates; loaders apply it before chunking.
 
     Heading under/overlines and rules become blank lines (so a heading stays its own strip), directives and
-    comments go, `:role:`text``, ``literal`` and **bold** keep their text, and a run of four or more of one
-    punctuation mark becomes a space.
+    comments go, `:role:`text`` (as Sphinx shows it: `~a.b.C` gives C), a link's `text <url>`_ or `text`_,
+    ``literal`` and **bold** keep their text, and a run of four or more of one punctuation mark becomes a space.
     """
     text = _RULE_LINE.sub("", text)
     text = _DIRECTIVE.sub("", text)
     text = _COMMENT.sub("", text)
-    text = _ROLE.sub(r"\1", text)
+    text = _ROLE.sub(_role_text, text)
     text = _LINK.sub(r"\1", text)
+    text = _REFERENCE.sub(r"\1", text)
     text = _LITERAL.sub(r"\1", text)
     text = _BOLD.sub(r"\1", text)
     text = _MD_HEADING.sub("", text)
     text = _PUNCT_RUN.sub(" ", text)
     return re.sub(r"\n{3,}", "\n\n", text)
+
+
+def _role_text(match: re.Match[str]) -> str:
+    """What Sphinx shows for a role: its text; `~a.b.C` shows C, `!a.b` shows a.b."""
+    text = match.group(1)
+    short = _SHORT_TARGET.match(text)
+    if short is None:
+        return text
+    return short.group(1).rpartition(".")[2] if text.startswith("~") else short.group(1)
 
 
 def normalise(text: str) -> str:
