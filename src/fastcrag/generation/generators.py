@@ -708,6 +708,7 @@ PAGE_REACH = 10
 """... among its first chunks this many: those of code alone (a manual page's long synopsis: git-config's fills 7) are
 passed over."""
 _QUALIFIER = re.compile(r"\(|:| [-\u2013\u2014] ")
+"""Where a page's heading turns from what it is about to a qualifier: a manual section, a subtitle."""
 _KIND = re.compile(
     r"^(?:(?:abstract|async|static)\s+)*"
     r"(?:class|classmethod|staticmethod|method|property|exception|function|attribute|data|decorator)\s+"
@@ -715,7 +716,6 @@ _KIND = re.compile(
 )
 """What kind of entry an API reference's heading names before its name (`class tuple([iterable])`, `property
 flask.Flask.debug`): Sphinx's annotations."""
-"""Where a page's heading turns from what it is about to a qualifier: a manual section, a subtitle."""
 COMMON_IDF = 0.5
 """A word whose inverse document frequency is below this stands in nearly every chunk (BM25's idf: in ~60% of them)."""
 LEAD_SENTENCES = 2
@@ -973,7 +973,7 @@ def _entries_named(question: str, passages: Sequence[Mapping[str, Any]]) -> set[
 
     An entry's heading names it (`str.find(sub[, start[, end]])`, `--abort`, `get(key[, default])` for "dict.get").
     In an API reference, neighbouring entries speak of each other ("Like find(), but raise ValueError ..."), and the
-    grader's order need not put the entry asked about first.
+    graph's order need not put the entry asked about first.
     """
     asked = _entry_names(question)
     if not asked:

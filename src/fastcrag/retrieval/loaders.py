@@ -142,6 +142,7 @@ def _term_heading(terms: list[Any]) -> None:
 
 
 def _term_text(term: Any) -> str:
+    """A term's words; an API signature as written (Sphinx spells its own spaces), a long parameter list `(...)`."""
     signature = "sig" in (term.get("class") or [])
     text = " ".join(term.get_text("" if signature else " ").split()).rstrip("¶#").strip()
     if signature:
