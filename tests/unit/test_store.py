@@ -268,3 +268,31 @@ def test_the_generator_reads_word_weights_from_the_retrievers_index(tmp_path: Pa
     # a retriever without a lexical index gives no weights (a page's subject then stands whole)
     bare = Components(retriever=ListRetriever(docs=[]), reranker=ScriptedReranker({}), calibration=CALIBRATION)
     assert bare.word_idf("widgets") is None
+
+
+def test_a_postgres_writer_releases_its_lock_before_it_hangs_up() -> None:
+    # A closed session's advisory locks go only when its server process has ended, a moment after the client hangs
+    # up: the writer unlocks in the session first, so that a build started at once does not find the collection locked.
+    from types import SimpleNamespace
+
+    from fastcrag.retrieval.pgstore import PgWriter
+
+    said: list[str] = []
+
+    class Conn:
+        def execute(self, query: str, params: object = None) -> None:
+            said.append(query)
+            if len(said) > 1:
+                raise RuntimeError("connection lost")
+
+        def close(self) -> None:
+            said.append("close")
+
+    writer = PgWriter.__new__(PgWriter)
+    writer._conn, writer.collection = Conn(), SimpleNamespace(id=7)  # type: ignore[assignment]
+    writer.close()
+    assert said[0].startswith("SELECT pg_advisory_unlock(") and said[-1] == "close"
+    said.clear()
+    said.append("a failed call before")  # a broken connection: closed all the same
+    writer.close()
+    assert said[-1] == "close"

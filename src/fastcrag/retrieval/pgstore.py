@@ -25,6 +25,7 @@ so that this module imports without them.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import uuid
@@ -57,6 +58,8 @@ from fastcrag.retrieval.writing import ChunkBatch, ChunkStore, DocumentEntry
 if TYPE_CHECKING:
     import psycopg
     from psycopg_pool import ConnectionPool
+
+log = logging.getLogger(__name__)
 
 #: Each step is a list of SQL statements; the schema version is the number of steps applied.
 MIGRATIONS: list[list[str]] = [
@@ -857,8 +860,17 @@ class PgWriter:
             ) from None
 
     def close(self) -> None:
-        """Release the lock (with the session) and close the connection."""
-        self._conn.close()
+        """Release the writer lock, then close the connection.
+
+        The lock is released in the session: a closed session's locks go only when its server process has ended, a
+        moment after the client hangs up, and a build started at once would find the collection still locked.
+        """
+        try:
+            self._conn.execute("SELECT pg_advisory_unlock(%s, %s)", (_WRITER_LOCK, self.collection.id))
+        except Exception as exc:  # a broken connection: its locks go with it
+            log.debug("releasing the writer lock failed: %s: %s", type(exc).__name__, exc)
+        finally:
+            self._conn.close()
 
     def lookup(self, sources: Sequence[str]) -> dict[str, str]:
         """The stored content hash of each source the collection holds (marking them seen when pruning)."""
