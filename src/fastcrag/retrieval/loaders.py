@@ -53,7 +53,10 @@ _HEADING_TAGS = ["h1", "h2", "h3", "h4", "h5", "h6"]
 SIGNATURE_PARAMETERS = 40
 """Characters of an API signature's parameters a heading keeps whole; a longer list reads `name(...)`."""
 _FURNITURE_ROLES = frozenset({"navigation", "search", "banner", "contentinfo", "complementary"})
-"""ARIA landmark roles of page furniture: the roles of `nav`, a search form, `header`, `footer` and `aside`."""
+"""ARIA landmark roles of page furniture: the roles of `nav`, a search form, `header`, `footer` and `aside` (Sphinx's
+related links and sidebar)."""
+_FURNITURE_CLASSES = frozenset({"navheader", "navfooter", "nav-panel", "topNav", "subNav", "bottomNav"})
+"""Classes documentation generators give their page navigation: DocBook XSL's, Texinfo's, Javadoc's."""
 _LEVEL = "data-heading-level"
 """Marks a definition list with the heading level its terms were given (a nested list's terms go a level below)."""
 _BLOCK_TAGS = ["p", "div", "li", "dd", "dt", "blockquote", "section", "article", "main", "br", "tr", "ul", "ol", "dl"]
@@ -69,8 +72,10 @@ def _html(path: Path) -> str:
         ["head", "script", "style", "noscript", "template", "nav", "header", "footer", "aside", "form", "button"]
     ):
         tag.decompose()
-    for tag in soup.select("[role]"):  # the same, marked by role (Sphinx's related links and sidebar)
-        if not tag.decomposed and tag.get("role") in _FURNITURE_ROLES:  # (not inside furniture already gone)
+    for tag in soup.select("[role], [class]"):  # the same, marked by role or a generator's class
+        if tag.decomposed:  # inside furniture already gone
+            continue
+        if tag.get("role") in _FURNITURE_ROLES or _FURNITURE_CLASSES.intersection(tag.get("class") or ()):
             tag.decompose()
     for pre in soup("pre"):
         pre.replace_with(f"\n\n```\n{pre.get_text().strip(chr(10))}\n```\n\n")
