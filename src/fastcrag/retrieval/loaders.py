@@ -52,6 +52,9 @@ def _read_text(path: Path) -> str:
 _HEADING_TAGS = ["h1", "h2", "h3", "h4", "h5", "h6"]
 SIGNATURE_PARAMETERS = 40
 """Characters of an API signature's parameters a heading keeps whole; a longer list reads `name(...)`."""
+_FURNITURE_TAGS = frozenset(
+    {"head", "script", "style", "noscript", "template", "nav", "header", "footer", "aside", "form", "button"}
+)
 _FURNITURE_ROLES = frozenset({"navigation", "search", "banner", "contentinfo", "complementary"})
 """ARIA landmark roles of page furniture: the roles of `nav`, a search form, `header`, `footer` and `aside` (Sphinx's
 related links and sidebar)."""
@@ -68,14 +71,8 @@ def _html(path: Path) -> str:
 
     soup = BeautifulSoup(_read_text(path), "html.parser")
     # page furniture is not content: navigation, headers and footers, sidebars, forms
-    for tag in soup(
-        ["head", "script", "style", "noscript", "template", "nav", "header", "footer", "aside", "form", "button"]
-    ):
-        tag.decompose()
-    for tag in soup.select("[role], [class]"):  # the same, marked by role or a generator's class
-        if tag.decomposed:  # inside furniture already gone
-            continue
-        if tag.get("role") in _FURNITURE_ROLES or _FURNITURE_CLASSES.intersection(tag.get("class") or ()):
+    for tag in soup.find_all(_furniture):
+        if not tag.decomposed:  # (not inside furniture already gone)
             tag.decompose()
     for pre in soup("pre"):
         pre.replace_with(f"\n\n```\n{pre.get_text().strip(chr(10))}\n```\n\n")
@@ -110,6 +107,15 @@ def _html(path: Path) -> str:
             _opening_block(tag).insert(0, "* ")
         tag.insert_after("\n\n" if tag.name != "br" else "\n")
     return str(soup.get_text(""))
+
+
+def _furniture(tag: Any) -> bool:
+    """Whether an element is page furniture: by its tag, its ARIA role, or a documentation generator's class."""
+    return (
+        tag.name in _FURNITURE_TAGS
+        or tag.get("role") in _FURNITURE_ROLES
+        or bool(_FURNITURE_CLASSES.intersection(tag.get("class") or ()))
+    )
 
 
 def _opening_block(item: Any) -> Any:
