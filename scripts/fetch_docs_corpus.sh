@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fetch a documentation corpus as Debian ships it:
 #
-#   bash scripts/fetch_docs_corpus.sh [--corpus git|flask|postgresql|django] DIR
+#   bash scripts/fetch_docs_corpus.sh [--corpus git|flask|postgresql|django|apache|typer|eigen] DIR
 #
 # git (the default): Git's HTML manual, package git-doc 1:2.39.5-0+deb12u3 (Debian 12 "bookworm", GPL-2): the
 # manual's top-level HTML pages (the command manual pages, the user manual, the tutorials, the glossary: 205 pages).
@@ -14,6 +14,18 @@
 # topic guides, how-tos, FAQ, tutorials and glossary (233 pages; not the release notes nor the source listings).
 # Neither postgresql nor django is evaluated on: the packaged grader's documentation pairs are made from PostgreSQL's
 # (`python -m lab.scripts.docs_pairs`, lab/scripts/train_grader_v4.sh); Django's were tried too (docs/RESULTS.md).
+# apache, typer and eigen are held-out corpora, each from a documentation generator the others do not use; their
+# question sets (tests/data/docs_heldout_<corpus>.jsonl, 30 questions each) name pages relative to DIR:
+# apache: the Apache HTTP Server 2.4 manual in English, package apache2-doc 2.4.68-1~deb12u1 (Apache-2.0), pages built
+# from Apache's own XML by its XSLT style sheets: the manual/en folder (guides, how-tos, modules and directives,
+# programs, FAQ, glossary: 244 pages, with their paths).
+# typer: Typer 0.7's documentation as MkDocs built it, package python-typer-doc 0.7.0-1 (MIT/Expat): the home page,
+# tutorial, features, alternatives, Typer CLI, contributing and help pages (59 pages, with their paths; not the release
+# notes nor the search page). Debian's build left its code examples as unresolved include lines
+# (`{!../docs_src/....py!}`): the pages hold the prose and the terminal sessions, not the example programs.
+# eigen: Eigen 3.4's documentation as Doxygen 1.9.4 built it, package libeigen3-doc 3.4.0-4 (MPL-2.0; two pages
+# BSD-3-Clause): the top-level pages of its html folder, the tutorials, topic pages, module and class reference (275
+# pages; not the header source listings, member lists and folder listings Doxygen adds, nor the `unsupported` modules).
 #
 # The package's SHA-256 is checked, and its copyright file is put into DIR with the pages. Run it again: nothing is
 # downloaded when DIR already holds this version. The corpus is not part of the repository.
@@ -26,8 +38,9 @@ set -euo pipefail
 die() { echo "fetch_docs_corpus: $*" >&2; exit 1; }
 
 CORPUS=git
+EXCLUDE=""  # names (find -name patterns) of pages left out of what PARTS takes
 if [ "${1:-}" = "--corpus" ]; then
-    [ $# -ge 2 ] || die "--corpus needs git, flask, postgresql or django"
+    [ $# -ge 2 ] || die "--corpus needs git, flask, postgresql, django, apache, typer or eigen"
     CORPUS="$2"
     shift 2
 fi
@@ -72,12 +85,43 @@ django)
     COPYRIGHT=usr/share/doc/python-django-doc/copyright
     PARTS="ref topics howto faq intro glossary.html"  # these folders' pages, with their paths
     ;;
-*) die "unknown corpus '$CORPUS' (git, flask, postgresql or django)" ;;
+apache)
+    PACKAGE=apache2-doc
+    VERSION="2.4.68-1~deb12u1"
+    FILE="apache2-doc_2.4.68-1~deb12u1_all.deb"
+    POOL="pool/main/a/apache2/$FILE"
+    SHA256=cee8fe80ffb5de2744cd690c3d795b489e43a1c44c4e3a634c521642f22d7835
+    DOCS=usr/share/doc/apache2-doc/manual/en
+    COPYRIGHT=usr/share/doc/apache2-doc/copyright
+    PARTS=ALL  # the English manual's folder whole (its pages only)
+    ;;
+typer)
+    PACKAGE=python-typer-doc
+    VERSION="0.7.0-1"
+    FILE="python-typer-doc_0.7.0-1_all.deb"
+    POOL="pool/main/t/typer/$FILE"
+    SHA256=cac49afacfc9918df6ca80bddf28f716f1088c5d7ae8de3fb8312d2cb8eb0755
+    DOCS=usr/share/doc/python-typer-doc/html
+    COPYRIGHT=usr/share/doc/python-typer-doc/copyright
+    PARTS="index.html tutorial features alternatives typer-cli contributing help-typer"  # with their paths
+    ;;
+eigen)
+    PACKAGE=libeigen3-doc
+    VERSION="3.4.0-4"
+    FILE="libeigen3-doc_3.4.0-4_all.deb"
+    POOL="pool/main/e/eigen3/$FILE"
+    SHA256=87fc424386cef92f58d0594936fa668d1b73d6e52232d2f99369e3e66aa5c0ff
+    DOCS=usr/share/doc/libeigen3-dev/html  # (the package puts its pages under libeigen3-dev's folder)
+    COPYRIGHT=usr/share/doc/libeigen3-doc/copyright
+    PARTS=""  # the top-level pages
+    EXCLUDE="*_source.html *-members.html dir_*.html"  # header source listings, member lists, folder listings
+    ;;
+*) die "unknown corpus '$CORPUS' (git, flask, postgresql, django, apache, typer or eigen)" ;;
 esac
 MIRROR="${FASTRAG_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 MARKER=".fastcrag-corpus"
 
-[ $# -eq 1 ] || die "usage: bash scripts/fetch_docs_corpus.sh [--corpus git|flask|postgresql|django] DIR (the folder to put it in)"
+[ $# -eq 1 ] || die "usage: bash scripts/fetch_docs_corpus.sh [--corpus git|flask|postgresql|django|apache|typer|eigen] DIR (the folder to put it in)"
 DEST="$1"
 STAMP="$PACKAGE=$VERSION sha256=$SHA256"
 
@@ -134,6 +178,10 @@ else
     # shellcheck disable=SC2086  # PARTS is a list of paths
     (cd "$WORK/root/$DOCS" && find $PARTS -type f -name '*.html' -exec cp -p --parents {} "$NEW/" \;)
 fi
+read -r -a excluded <<<"$EXCLUDE"  # (not glob-expanded)
+for pattern in ${excluded[@]+"${excluded[@]}"}; do
+    find "$NEW" -type f -name "$pattern" -delete
+done
 cp -p "$WORK/root/$COPYRIGHT" "$NEW/copyright"
 echo "$STAMP" >"$NEW/$MARKER"
 chmod 755 "$NEW"
