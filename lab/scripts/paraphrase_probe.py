@@ -5,7 +5,7 @@ rewording from that pair's corpus; the passage that answers is graded beside the
 calibration:
 
 - `kept`: the share of rewordings whose answering passage grades at or above `reranker_threshold` (and the same for
-  the plain questions, so the drop a rewording costs is seen);
+  the plain questions, graded among the same candidates, so the drop a rewording costs is seen);
 - `first`, `mrr`: the answering passage's rank among the graph's candidates (a candidate that holds most of the
   passage's words is the passage itself, not a competitor).
 
@@ -98,7 +98,7 @@ def measure(
             continue
         others = [c for c in candidates[p["id"]] if not is_same_passage(c, p["passage"])]
         graded = score(p["reworded"], [p["passage"], *others])
-        plain = score(p["question"], [p["passage"]])[0]
+        plain = score(p["question"], [p["passage"], *others])[0]  # graded in the same company as the rewording
         rank = 1 + sum(s > graded[0] for s in graded[1:])
         for key in ("all", f"corpus:{p['corpus']}", f"how:{p['how']}"):
             rows[key].append((graded[0], plain, rank))
