@@ -749,8 +749,8 @@ def test_postgres_restarted_under_load_fails_runs_cleanly_and_every_thread_answe
 ) -> None:
     """20 SDK clients on 2 workers, each on its own thread; Postgres stopped (fast shutdown) mid-load, started again.
 
-    What a run takes here is measured first, under this load: once every client has had a run, the load goes on for
-    `before_s`, and the slowest run of that stretch is `run_s`. Then Postgres stops. Runs in flight end in an
+    What a run takes here is measured first, under this load: once every client has had a run (the cold ones), the
+    load goes on for `before_s`, and the slowest run that ends in that stretch is `run_s`. Then Postgres stops. Runs in flight end in an
     abstention whose reason says why (Postgres unreachable, or over the run timeout) or a 503, or ride the outage out
     and answer once Postgres is back; none takes longer than the run timeout plus `LOAD_FACTOR` x `run_s` (the run
     timeout ends a run cut off by the outage, then the response queues behind the load like any run); every thread
@@ -765,7 +765,7 @@ def test_postgres_restarted_under_load_fails_runs_cleanly_and_every_thread_answe
     checkpoints_url = with_password(start_local_postgres(folder, "fastcrag_restart"))
     run_timeout = 15.0
     env = serve_env(FASTRAG_API_KEY=KEY, FASTRAG_CHECKPOINTS=checkpoints_url)
-    clients, before_s, down_s, after_s, tries = 20, 3.0, 3.0, 8.0, 3
+    clients, before_s, down_s, after_s, tries = 20, 4.0, 3.0, 8.0, 3
     acknowledged: dict[str, int] = {}
     outcomes: dict[str, int] = {}
     runs: list[tuple[float, float]] = []  # every run's start and end (monotonic seconds)
@@ -855,8 +855,8 @@ def test_postgres_restarted_under_load_fails_runs_cleanly_and_every_thread_answe
     with run_serve(tmp_path, env, "--run-timeout", str(run_timeout)) as served:
         asyncio.run(load(served.url))
         log = served.log_text()
-    measured = [end - start for start, end in runs if start >= marks["warm"] and end < marks["down"]]
-    assert measured, "no run started and ended between every client's first run and the outage"
+    measured = [end - start for start, end in runs if marks["warm"] <= end < marks["down"]]
+    assert measured, "no run ended between every client's first run and the outage"
     run_s = max(measured)
     limit = bound(run_s, limit_s=run_timeout)
     slowest = max(end - start for start, end in runs)
