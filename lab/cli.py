@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from fastcrag.cli import _settings, run
@@ -77,8 +78,23 @@ def cmd_bench_embedder(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_batching(args: argparse.Namespace) -> int:
+    """Run `python -m lab bench-batching`."""
+    from lab.benchmarks.bench_batching import batching_benchmark  # the command loads its stack when run
+
+    beir = Path(args.beir)
+    if not (beir / "corpus.jsonl.gz").is_file():
+        print(f"error: no SciFact corpus at {beir / 'corpus.jsonl.gz'} (--beir)", file=sys.stderr)
+        return 2
+    if min(args.chunks, args.rounds, args.threads) < 1:
+        print("error: --chunks, --rounds and --threads must be at least 1", file=sys.stderr)
+        return 2
+    batching_benchmark(beir=beir, chunks=args.chunks, rounds=args.rounds, threads=args.threads, ndcg=args.ndcg)
+    return 0
+
+
 def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Add `calibrate`, `reliability`, `bench` and `bench-embedder`."""
+    """Add `calibrate`, `reliability`, `bench`, `bench-embedder` and `bench-batching`."""
     cal = subparsers.add_parser("calibrate", help="derive reranker_threshold and crag_upper from SQuAD v2 questions")
     cal.add_argument("--squad", default=str(SHARED_DATA / "squad2-dev"), help="SQuAD v2 JSON file or folder")
     cal.add_argument(
@@ -114,6 +130,16 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     em.add_argument("--chunks", type=int, default=0, help="chunks per round (0: the whole embedded corpus)")
     em.add_argument("--threads", type=int, default=2)
     em.set_defaults(func=cmd_bench_embedder)
+
+    ba = subparsers.add_parser(
+        "bench-batching", help="int8 embedder: each text alone vs padded batches (throughput, cosine, nDCG)"
+    )
+    ba.add_argument("--beir", default=str(SHARED_DATA / "scifact"), help="SciFact BEIR folder")
+    ba.add_argument("--chunks", type=int, default=2000, help="chunks of SciFact abstracts per throughput round")
+    ba.add_argument("--rounds", type=int, default=3, help="throughput rounds, both ways in each")
+    ba.add_argument("--threads", type=int, default=2)
+    ba.add_argument("--ndcg", action="store_true", help="also SciFact test nDCG@10 (dense), each way")
+    ba.set_defaults(func=cmd_bench_batching)
 
 
 def parser() -> argparse.ArgumentParser:

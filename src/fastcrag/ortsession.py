@@ -35,3 +35,10 @@ def padded_tokenizer(path: Path, max_length: int, strategy: str = "longest_first
     tok.enable_truncation(max_length=max_length, strategy=strategy)
     tok.enable_padding(pad_id=tok.token_to_id("[PAD]") or 0, pad_token="[PAD]")
     return tok
+
+
+def text_tokenizer(path: Path, max_length: int) -> Any:
+    """A `tokenizers.Tokenizer` from `tokenizer.json` that truncates at `max_length` and never pads."""
+    tok = padded_tokenizer(path, max_length)
+    tok.no_padding()
+    return tok

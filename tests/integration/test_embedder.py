@@ -1,4 +1,5 @@
-"""The int8 ONNX embedder against the fp32 sentence-transformers one: same space, same order, refused across indexes."""
+"""The int8 ONNX embedder against the fp32 sentence-transformers one: same space, same order, refused across indexes;
+a text's int8 vector the same alone and in any batch."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fastcrag.retrieval.embeddings import OnnxEmbeddings, SentenceTransformerEmbeddings, load_embeddings
+from fastcrag.retrieval.embeddings import PER_TEXT, OnnxEmbeddings, SentenceTransformerEmbeddings, load_embeddings
 from fastcrag.retrieval.store import FaissStore, IndexLoadError
 
 pytestmark = pytest.mark.integration
@@ -32,11 +33,20 @@ def test_int8_vectors_are_unit_length_in_order_and_agree_with_fp32() -> None:
     # int8 weights and activations against fp32: measured cosine 0.987 at the least (AVX2 and ATen's default path
     # alike); 0.97 leaves room for another CPU's int8 kernels and is far above unrelated texts (at most 0.29 here).
     assert ((a * b).sum(axis=1) > 0.97).all()
-    # Each row is its own text's vector. Activations are quantised per batch, so a text alone scales differently:
-    # measured cosine 0.983 at the least on AVX2 without VNNI (ONNX Runtime's int8 path that can saturate, which VNNI
-    # cannot); another text's vector would sit at 0.29 or below.
-    assert all(float(a[i] @ int8.encode([t])[0]) > 0.98 for i, t in enumerate(TEXTS))
+    # Each row is its own text's vector, and the same bit for bit as the text alone or in another batch: each text
+    # is embedded alone, so int8 activations are scaled by the text itself, never by its batch-mates or padding.
+    assert all(np.array_equal(a[i], int8.encode([t])[0]) for i, t in enumerate(TEXTS))
+    assert np.array_equal(int8.encode([*TEXTS[::-1], "Another text.", "x"])[: len(TEXTS)], a[::-1])
+    assert np.array_equal(np.asarray(int8.embed_query(TEXTS[1]), dtype=np.float32), a[1])  # a query as a passage
     assert int8.encode([]).shape == (0, 384)
+
+
+def test_int8_vectors_do_not_depend_on_threads() -> None:
+    """One thread or several (a Ray actor runs one; a process one per CPU) give the same vectors, bit for bit."""
+    folder = load_embeddings("onnx-int8").path  # type: ignore[attr-defined]
+    one, many = OnnxEmbeddings(folder, threads=1), OnnxEmbeddings(folder, threads=3)
+    assert one.name == many.name and one.name.endswith(PER_TEXT)
+    assert np.array_equal(one.encode(TEXTS * 2), many.encode(TEXTS * 2))
 
 
 def test_an_index_built_with_one_embedder_is_refused_by_the_other(tmp_path: Path) -> None:

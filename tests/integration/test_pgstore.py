@@ -245,6 +245,19 @@ def test_bad_stores_are_clear_errors_without_the_password(
     with pytest.raises(PgStoreError, match="built with embedder 'hash-embeddings', not 'other-embedder'"):
         PgStore(db, Other())
 
+    # a collection of the int8 embedder that batched its texts: no setting reads it, the refusal says what to do
+    from fastcrag.modelmeta import read_model_meta
+    from fastcrag.retrieval.embeddings import PACKAGED_EMBEDDER, PER_TEXT
+
+    packaged = str(read_model_meta(PACKAGED_EMBEDDER)["name"])
+    before, now = HashEmbeddings(), HashEmbeddings()
+    before.name, now.name = packaged, packaged + PER_TEXT  # type: ignore[misc]
+    build_pg_index(DOCS[:1], db, before, "batched", chunk_tokens=32, chunk_overlap=8, progress=False)
+    with pytest.raises(PgStoreError) as retired:
+        PgStore(db, now, "batched")
+    assert "which no setting reads now; index into another collection (`fastcrag index" in str(retired.value)
+    assert "FASTRAG_EMBEDDER=" not in str(retired.value)
+
     role = f"noext_{uuid.uuid4().hex[:8]}"
     admin.execute(f"CREATE ROLE {role} LOGIN NOSUPERUSER")
     admin.execute(f'CREATE DATABASE "{role}" OWNER {role}')

@@ -28,6 +28,7 @@ from test_server import CRAG_KEYS, OFF_CORPUS, OFFLINE_ENV, QUESTIONS, report, s
 
 from fastcrag.evaluation import launch
 from fastcrag.evaluation.launch import ServerProcess, ServerStartError, fastcrag_command, free_port
+from timing import LOAD_FACTOR, TIMEOUT_REASON, UNREACHABLE_REASON, bound
 
 pytestmark = pytest.mark.integration
 
@@ -59,6 +60,12 @@ FRESH_QUESTIONS = [
     "What is a set display?",
     "How does a dictionary display work?",
 ]
+
+
+HEAVY_TOP_K = 200
+"""Candidates every run grades in the worker-kill test (no early exit), so that a run lasts long enough to be killed."""
+MEASURED_QUESTION = "How are binary arithmetic operations evaluated?"
+"""The question the worker-kill test times in-process before the fault: asked nowhere else, so nothing is cached."""
 
 
 def with_password(url: str, password: str = PASSWORD) -> str:
@@ -569,6 +576,7 @@ def assert_abstention(out: dict[str, Any], *reasons: str) -> None:
     assert PASSWORD not in json.dumps(out) and "Traceback" not in json.dumps(out)
 
 
+@pytest.mark.load
 def test_postgres_going_away_mid_thread_abstains_and_the_worker_keeps_serving(
     local_parts: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -613,6 +621,7 @@ def test_postgres_going_away_mid_thread_abstains_and_the_worker_keeps_serving(
     assert PASSWORD not in caplog.text
 
 
+@pytest.mark.load
 def test_a_run_over_the_time_limit_abstains_and_the_stream_closes(local_parts: Any, tmp_path: Path) -> None:
     from starlette.testclient import TestClient
 
@@ -645,23 +654,45 @@ def test_local_stack_one_command_serves_from_the_bundled_postgres(tmp_path: Path
         assert state["values"]["question"] == "How does the with statement work?"
 
 
+@pytest.mark.load
 def test_a_worker_killed_mid_background_run_leaves_it_to_another(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    local_parts: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A background run whose worker is killed (SIGKILL) is taken up by another once its lease runs out."""
+    """A background run whose worker is killed (SIGKILL) is taken up by another once its lease runs out.
+
+    Every run grades `HEAVY_TOP_K` candidates (no early exit), so it runs long enough to be killed mid-way. What
+    such a run takes here is measured first, in this process under the same load (`run_s`), and the server's run
+    timeout is `LOAD_FACTOR` x `run_s`. The run taken up again succeeds, or ends over that timeout: the one reason
+    allowed, as the killed worker's replacement may be loading its models beside it. Then the thread answers again
+    (a try that abstains must say it ran over the timeout; it answers within a few tries).
+    """
     import psycopg
     from langgraph_sdk import get_sync_client
 
+    from fastcrag import build_graph
+    from fastcrag.components import Components
+    from fastcrag.config.settings import Settings
     from fastcrag.server.postgres import start_local_postgres
     from fastcrag.server.queue import TABLE
+    from fastcrag.server.runs import LEASE_GRACE_S
+
+    heavy = Components(
+        Settings(llm="extractive", top_k=HEAVY_TOP_K, grade_batch=0),
+        retriever=local_parts.retriever().store,
+        reranker=local_parts.reranker(),
+        calibration=local_parts.calibration(),
+    )
+    started = time.monotonic()
+    build_graph(parts=heavy).invoke({"question": MEASURED_QUESTION})  # asked nowhere else: no cached scores
+    run_s = time.monotonic() - started
+    run_timeout = round(bound(run_s), 1)
+    guard_s = 4 * (run_timeout + LEASE_GRACE_S)  # a hang guard only: the lease, the run again, and room
 
     # its own Postgres: the module's server polls the shared one's run queue and would take these runs up too
     checkpoints_url = with_password(start_local_postgres(tmp_path / "pg-kill", "fastcrag_kill"))
-
-    # every run grades 200 candidates (no early exit), so it runs long enough to be killed mid-way
-    env = serve_env(FASTRAG_API_KEY=KEY, FASTRAG_CHECKPOINTS=checkpoints_url, FASTRAG_TOP_K="200")
+    env = serve_env(FASTRAG_API_KEY=KEY, FASTRAG_CHECKPOINTS=checkpoints_url, FASTRAG_TOP_K=str(HEAVY_TOP_K))
     env["FASTRAG_GRADE_BATCH"] = "0"
-    with run_serve(tmp_path, env, "--run-timeout", "8") as served, psycopg.connect(checkpoints_url) as db:
+    with run_serve(tmp_path, env, "--run-timeout", str(run_timeout)) as served, psycopg.connect(checkpoints_url) as db:
         db.autocommit = True
         client = get_sync_client(url=served.url, api_key=KEY)
         thread_id = client.threads.create()["thread_id"]
@@ -674,7 +705,7 @@ def test_a_worker_killed_mid_background_run_leaves_it_to_another(
         killed = None
         for question in FRESH_QUESTIONS[-3:]:  # a run can end before the kill lands: then try the next one
             run_id = client.runs.create(thread_id, "crag", input={"question": question})["run_id"]
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + guard_s
             while (state := row(run_id))[0] == "pending" and time.monotonic() < deadline:
                 time.sleep(0.01)
             status, owner, _ = state
@@ -687,31 +718,44 @@ def test_a_worker_killed_mid_background_run_leaves_it_to_another(
         assert killed is not None, "no background run was caught running"
         run_id, owner = killed
         t0 = time.monotonic()
-        while (state := row(run_id))[0] in ("pending", "running") and time.monotonic() - t0 < 120:
+        while (state := row(run_id))[0] in ("pending", "running") and time.monotonic() - t0 < guard_s:
             time.sleep(0.2)  # its lease (run timeout + grace) runs out, then another worker takes it up
         status, new_owner, attempts = state
         run = client.runs.get(thread_id, run_id)
+        tries: list[str | None] = []
+        for _ in range(3):  # the thread stays usable: a run on it answers
+            out = client.runs.wait(thread_id, "crag", input={"question": QUESTIONS[0]})
+            assert isinstance(out, dict), out
+            tries.append((out.get("crag") or {}).get("failure"))
+            if out["answer"] != ABSTAIN:
+                break
         report(
             capsys,
-            f"worker killed mid-run: run ended {time.monotonic() - t0:.1f} s later (lease 8 s + grace), "
-            f"status {status}, attempt {attempts}",
+            f"worker killed mid-run: a {HEAVY_TOP_K}-candidate run takes {run_s:.1f} s in-process here, so the run "
+            f"timeout is {run_timeout:g} s; the run ended {time.monotonic() - t0:.1f} s later (lease {run_timeout:g} "
+            f"s + {LEASE_GRACE_S:g} s grace), status {status}, attempt {attempts}; the next runs' failures {tries}",
         )
+        assert status not in ("pending", "running"), f"the run was not taken up again within {guard_s:.0f} s"
         assert attempts == 2 and new_owner != owner and run["status"] == status
-        # taken up again: it succeeds, or ends with its reason (a second run over the time limit on a busy machine)
-        assert status == "success" or (status in ("timeout", "error") and run.get("error"))
-        # the thread stays usable: the next run on it answers
-        out = client.runs.wait(thread_id, "crag", input={"question": QUESTIONS[0]})
-        assert isinstance(out, dict) and out["answer"] and out["answer"] != ABSTAIN, out.get("crag")
+        # taken up again: it succeeds, or ends over the run timeout (its only allowed reason), saying so
+        assert status == "success" or (status == "timeout" and TIMEOUT_REASON in (run.get("error") or "")), run
+        assert out["answer"] and out["answer"] != ABSTAIN, out.get("crag")
+        assert all(why and TIMEOUT_REASON in why for why in tries[:-1]), tries  # each try before: over the timeout
 
 
+@pytest.mark.load
 def test_postgres_restarted_under_load_fails_runs_cleanly_and_every_thread_answers_again(
     tmp_path: Path, local_failures: dict[str, str | None], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """20 SDK clients on 2 workers, each on its own thread; Postgres stopped (fast shutdown) mid-load, started again.
 
-    Runs in flight end in an abstention with its reason or a 503, or ride the outage out and answer once Postgres is
-    back, none past the run timeout; every thread answers again soon after Postgres is back; no acknowledged run's
-    checkpoint is lost.
+    What a run takes here is measured first, under this load: once every client has had a run (the cold ones), the
+    load goes on for `before_s`, and the slowest run that ends in that stretch is `run_s`. Then Postgres stops. Runs
+    in flight end in an abstention whose reason says why (Postgres unreachable, or over the run timeout) or a 503,
+    or ride the outage out and answer once Postgres is back; none takes longer than the run timeout plus
+    `LOAD_FACTOR` x `run_s` (the run timeout ends a run cut off by the outage, then the response queues behind the
+    load like any run); every thread answers again within that bound of Postgres returning (a run that still
+    abstains must say why, as above); no acknowledged run's checkpoint is lost.
     """
     import pgserver
     from langgraph_sdk import get_client
@@ -722,22 +766,32 @@ def test_postgres_restarted_under_load_fails_runs_cleanly_and_every_thread_answe
     checkpoints_url = with_password(start_local_postgres(folder, "fastcrag_restart"))
     run_timeout = 15.0
     env = serve_env(FASTRAG_API_KEY=KEY, FASTRAG_CHECKPOINTS=checkpoints_url)
-    clients, before_s, down_s, after_s = 20, 4.0, 3.0, 8.0
+    clients, before_s, down_s, after_s, tries = 20, 4.0, 3.0, 8.0, 3
     acknowledged: dict[str, int] = {}
     outcomes: dict[str, int] = {}
-    slowest = 0.0
+    runs: list[tuple[float, float]] = []  # every run's start and end (monotonic seconds)
     marks: dict[str, float] = {}
     back: dict[str, float] = {}  # per thread: its first answer after Postgres returned, seconds after
+    had_a_run: set[int] = set()
+    warm = asyncio.Event()  # every client has had a run: the measured stretch begins
+    allowed = {"abstained: Postgres unreachable": UNREACHABLE_REASON, "abstained: over the time limit": TIMEOUT_REASON}
 
     def count(outcome: str) -> None:
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
 
-    async def one_client(client: Any, index: int, end: float) -> None:
-        nonlocal slowest
+    def declined(failure: str, question: str) -> str:
+        if failure == local_failures[question]:
+            return "declined, as in-process"
+        return next((name for name, words in allowed.items() if words in failure), f"other: {failure}")
+
+    def over() -> bool:
+        return "up" in marks and time.monotonic() > marks["up"] + after_s
+
+    async def one_client(client: Any, index: int) -> None:
         thread_id = (await client.threads.create(metadata={"restart": index}))["thread_id"]
         acknowledged[thread_id] = 0
         j = 0
-        while time.monotonic() < end:
+        while not over():
             question = QUESTIONS[(index + j) % len(QUESTIONS)]
             j += 1
             started = time.monotonic()
@@ -755,22 +809,19 @@ def test_postgres_restarted_under_load_fails_runs_cleanly_and_every_thread_answe
                     if "up" in marks:
                         back.setdefault(thread_id, time.monotonic() - marks["up"])
                 else:
-                    count(
-                        "declined, as in-process"
-                        if failure == local_failures[question]
-                        else "abstained: Postgres unreachable"
-                        if "the run failed" in failure
-                        else "abstained: over the time limit"
-                        if "took longer than" in failure
-                        else f"other: {failure}"
-                    )
-            slowest = max(slowest, time.monotonic() - started)
+                    count(declined(failure, question))
+            runs.append((started, time.monotonic()))
             if started < marks.get("down", math.inf) < time.monotonic():
                 count("(in flight when Postgres stopped)")
+            had_a_run.add(index)
+            if len(had_a_run) == clients and not warm.is_set():
+                marks["warm"] = time.monotonic()
+                warm.set()
             if "down" in marks and "up" not in marks:
                 await asyncio.sleep(0.2)  # no busy loop while the database is away
 
     async def outage() -> None:
+        await warm.wait()
         await asyncio.sleep(before_s)
         server = pgserver.get_server(folder)
         pid = server.get_pid()
@@ -783,12 +834,17 @@ def test_postgres_restarted_under_load_fails_runs_cleanly_and_every_thread_answe
 
     async def load(url: str) -> None:
         client = get_client(url=url, api_key=KEY, timeout=httpx.Timeout(60.0, connect=10.0))
-        end = time.monotonic() + before_s + down_s + after_s
-        await asyncio.gather(outage(), *(one_client(client, i, end) for i in range(clients)))
+        await asyncio.gather(outage(), *(one_client(client, i) for i in range(clients)))
 
         async def answers_again(thread_id: str) -> None:  # and kept every run it acknowledged
-            out = await client.runs.wait(thread_id, "crag", input={"question": QUESTIONS[0]})
-            assert (out.get("crag") or {}).get("failure") is None, out.get("crag")
+            for _ in range(tries):  # a run may still abstain for an allowed reason; the thread answers within tries
+                out = await client.runs.wait(thread_id, "crag", input={"question": QUESTIONS[0]})
+                failure = (out.get("crag") or {}).get("failure")
+                if failure is None:
+                    break
+                assert declined(failure, QUESTIONS[0]) in allowed, out.get("crag")
+                count(declined(failure, QUESTIONS[0]))
+            assert failure is None, f"thread {thread_id} did not answer again in {tries} runs: {out.get('crag')}"
             acknowledged[thread_id] += 1
             back.setdefault(thread_id, time.monotonic() - marks["up"])
             history = await client.threads.get_history(thread_id, limit=1000)
@@ -800,22 +856,23 @@ def test_postgres_restarted_under_load_fails_runs_cleanly_and_every_thread_answe
     with run_serve(tmp_path, env, "--run-timeout", str(run_timeout)) as served:
         asyncio.run(load(served.url))
         log = served.log_text()
+    measured = [end - start for start, end in runs if marks["warm"] <= end < marks["down"]]
+    assert measured, "no run ended between every client's first run and the outage"
+    run_s = max(measured)
+    limit = bound(run_s, limit_s=run_timeout)
+    slowest = max(end - start for start, end in runs)
     report(
         capsys,
         f"Postgres restarted under load ({clients} clients, 2 workers, down {down_s:g} s): outcomes {outcomes}; "
-        f"slowest run {slowest:.1f} s; every thread answered again within {max(back.values()):.1f} s of Postgres "
-        f"returning; {sum(acknowledged.values())} acknowledged runs, none lost",
+        f"before the outage {len(measured)} runs, the slowest {run_s:.1f} s, so the bound is {run_timeout:g} + "
+        f"{LOAD_FACTOR:g} x {run_s:.1f} = {limit:.1f} s; slowest run {slowest:.1f} s; every thread answered again "
+        f"within {max(back.values()):.1f} s of Postgres returning; {sum(acknowledged.values())} acknowledged runs, "
+        "none lost",
     )
     # the outage cut runs in flight; each of those abstained with its reason or rode it out (answered once Postgres
     # was back): which of the two, and how many, depends on where each run stood when the connections were cut
     assert outcomes.pop("(in flight when Postgres stopped)", 0) > 0 and outcomes.get("answered", 0) > 0, outcomes
-    ends = {
-        "answered",
-        "declined, as in-process",
-        "abstained: Postgres unreachable",
-        "abstained: over the time limit",
-        "HTTP 503",
-    }
-    assert set(outcomes) <= ends, outcomes
-    assert slowest <= run_timeout + 5 and max(back.values()) <= run_timeout
+    assert set(outcomes) <= {"answered", "declined, as in-process", *allowed, "HTTP 503"}, outcomes
+    assert slowest <= limit, f"slowest run {slowest:.1f} s > {limit:.1f} s"
+    assert max(back.values()) <= limit, f"a thread answered again {max(back.values()):.1f} s after, > {limit:.1f} s"
     assert PASSWORD not in log and "Traceback" not in log

@@ -40,11 +40,13 @@ def graph_with(**kwargs: Any) -> Any:
     return build_graph(**{**parts, **kwargs})
 
 
+@pytest.mark.load
 def test_llm_timeout_abstains() -> None:
-    graph = graph_with(llm=SlowChat(delay=3.0), settings=Settings(llm_timeout_s=0.2))
+    delay_s = 3.0
+    graph = graph_with(llm=SlowChat(delay=delay_s), settings=Settings(llm_timeout_s=0.2))
     started = time.perf_counter()
     out = graph.invoke({"question": "Where is the Eiffel Tower?"})
-    assert time.perf_counter() - started < 2.5
+    assert time.perf_counter() - started < delay_s  # cut off at the timeout, not after the slow model answered
     assert out["crag"]["action"] == "abstain" and "TimeoutError" in out["crag"]["failure"]
 
 

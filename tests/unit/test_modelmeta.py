@@ -9,7 +9,7 @@ import pytest
 from fastcrag.grading.onnx_grader import OnnxCrossEncoderReranker
 from fastcrag.grading.reranker import PACKAGED_GRADER, _model_name
 from fastcrag.modelmeta import META_FILE, ModelMetaError, read_model_meta, write_model_meta
-from fastcrag.retrieval.embeddings import PACKAGED_EMBEDDER, OnnxEmbeddings
+from fastcrag.retrieval.embeddings import PACKAGED_EMBEDDER, PER_TEXT, OnnxEmbeddings
 
 
 def test_written_meta_reads_back(tmp_path: Path) -> None:
@@ -41,7 +41,8 @@ def test_every_reader_uses_the_packaged_names() -> None:
     assert OnnxCrossEncoderReranker(PACKAGED_GRADER).name == grader["name"]
     embedder = read_model_meta(PACKAGED_EMBEDDER, required=True)
     onnx = OnnxEmbeddings(PACKAGED_EMBEDDER)
-    assert (onnx.name, onnx.dimension) == (embedder["name"], embedder["dimension"])
+    # indexes record the model's name with how it embeds: each text alone
+    assert (onnx.name, onnx.dimension) == (embedder["name"] + PER_TEXT, embedder["dimension"])
 
 
 def test_a_broken_meta_file_leaves_the_folder_name(tmp_path: Path) -> None:

@@ -96,6 +96,31 @@ def test_embedder_mismatch_is_refused(tmp_path: Path) -> None:
         FaissStore.load(tmp_path, other)
 
 
+def test_an_index_of_the_batched_int8_embedder_is_refused_then_built_again_in_place(tmp_path: Path) -> None:
+    """The int8 embedder before `+per-text` gave vectors that moved with their batch: no setting reads its indexes;
+    the refusal says so and how to build it again, and `fastcrag index` into the folder rebuilds it."""
+    from fastcrag.retrieval.embeddings import PACKAGED_EMBEDDER, PER_TEXT
+    from fastcrag.retrieval.store import RetiredEmbedderError
+
+    packaged = json.loads((PACKAGED_EMBEDDER / "fastcrag_model.json").read_text(encoding="utf-8"))["name"]
+    before, now = HashEmbeddings(), HashEmbeddings()
+    before.name, now.name = packaged, packaged + PER_TEXT  # type: ignore[misc]
+    build_index(DOCS, tmp_path, embeddings=before, chunk_tokens=32, chunk_overlap=8, progress=False)
+    with pytest.raises(RetiredEmbedderError) as refused:
+        FaissStore.load(tmp_path, now)
+    message = str(refused.value)
+    assert f"built with embedder {packaged!r}" in message and "no setting reads" in message
+    assert f"index it again (`fastcrag index PATHS --index {tmp_path}`)" in message
+    assert "FASTRAG_EMBEDDER=<" not in message  # no setting to point at
+    build_index(DOCS, tmp_path, embeddings=now, chunk_tokens=32, chunk_overlap=8, progress=False)
+    again = FaissStore.load(tmp_path, now)
+    assert len(again.documents) == len(DOCS)
+    other = HashEmbeddings()
+    other.name = "my-embedder"  # type: ignore[misc]
+    with pytest.raises(IndexLoadError, match=r"set FASTRAG_EMBEDDER=onnx-int8 \(the default\) to read it"):
+        build_index(DOCS, tmp_path, embeddings=other, chunk_tokens=32, chunk_overlap=8, progress=False)  # kept
+
+
 def test_loaders_read_each_format(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("Plain text file.", encoding="utf-8")
     (tmp_path / "b.md").write_text("# Title\n\nMarkdown body.", encoding="utf-8")

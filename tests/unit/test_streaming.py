@@ -67,6 +67,7 @@ def test_updates_stream_shows_each_node(scores: dict[str, float], docs: Any, pat
     assert last["crag"]["action"] in {"generate", "refine", "abstain"}
 
 
+@pytest.mark.load
 def test_graded_event_arrives_before_generation_finishes() -> None:
     graph = graph_for({"Eiffel": 0.9}, llm=SlowChat(delay=0.5))
     started = time.perf_counter()

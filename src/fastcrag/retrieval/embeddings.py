@@ -5,13 +5,20 @@ about 10x faster per query than fp32, no torch on the ask path, SciFact nDCG@10 
 `sentence-transformers` = the fp32 packaged weights (indexes built before int8 became the default), or a folder (one
 holding `model.onnx` is served by ONNX Runtime, any other by sentence-transformers). Each embedder has a `name` that
 index manifests and Postgres collections record, so an index built by one is refused by another, and the refusal
-names the setting that reads it (`setting_for`).
+names the setting that reads it (`setting_for`, `how_to_read`).
+
+An ONNX embedder embeds every text as its own batch: int8 dynamic quantisation scales a layer's activations by the
+whole input tensor, so in a padded batch a text's vector would move with its batch-mates (cosine 0.975-0.995 against
+the same text alone). Alone, a text has no padding and its scales are its own: its vector is the same bit for bit
+whatever it is embedded with, for a query as for an indexed chunk, in one process or on Ray. Many texts run side by
+side on single-threaded calls (faster on a CPU than padded batches on every thread: `python -m lab bench-batching`).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -25,7 +32,7 @@ from tqdm import tqdm
 from fastcrag.cache import Lazy
 from fastcrag.config.settings import Settings
 from fastcrag.modelmeta import read_model_meta
-from fastcrag.ortsession import cpu_session, ort_threads, padded_tokenizer
+from fastcrag.ortsession import cpu_session, ort_threads, text_tokenizer
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -35,6 +42,8 @@ ST_SPEC = "sentence-transformers"
 ONNX_SPEC = "onnx-int8"
 PACKAGED_EMBEDDER = Path(__file__).resolve().parent.parent / "models" / "embedder"
 MAX_TOKENS = 256  # all-MiniLM-L6-v2's max_seq_length (sentence_bert_config.json): longer texts are truncated
+PER_TEXT = "+per-text"
+"""What an ONNX embedder's recorded name adds to its model's name: each text embedded alone (see the module's doc)."""
 
 
 def packaged_minilm_path() -> Path:
@@ -119,7 +128,7 @@ class SentenceTransformerEmbeddings(Embedder):
 
 @dataclass(frozen=True)
 class _Runtime:
-    """A loaded ONNX embedder: its tokenizer and its ONNX Runtime session."""
+    """A loaded ONNX embedder: its tokenizer (no padding) and its single-threaded ONNX Runtime session."""
 
     tokenizer: Any
     session: Any
@@ -129,51 +138,63 @@ class OnnxEmbeddings(Embedder):
     """all-MiniLM-L6-v2 exported to ONNX (int8 by default), mean-pooled and normalised inside the graph.
 
     The folder holds `model.onnx` (output `sentence_embedding`), `tokenizer.json` and `fastcrag_model.json`
-    (`name`, `dimension`, `max_length`). The session loads on first use; nothing is downloaded.
+    (`name`, `dimension`, `max_length`). Each text is embedded alone (one ONNX Runtime call on one thread, no
+    padding), so its vector does not depend on what it is embedded with; `threads` texts run at once. The recorded
+    `name` is the model's with `PER_TEXT` added. The session loads on first use; nothing is downloaded.
     """
 
-    def __init__(self, path: str | Path = PACKAGED_EMBEDDER, batch_size: int = 32, threads: int | None = None) -> None:
+    def __init__(self, path: str | Path = PACKAGED_EMBEDDER, threads: int | None = None) -> None:
         """Create the embedder.
 
         Args:
             path: The model folder.
-            batch_size: Texts per ONNX Runtime call (texts are sorted by length first, so padding stays small).
-            threads: Intra-op threads; `FASTRAG_ORT_THREADS` or ONNX Runtime's default when None.
+            threads: Texts embedded at once, each on one thread; `FASTRAG_ORT_THREADS`, else one per CPU, when None.
         """
         self.path = Path(path)
         meta = read_model_meta(self.path, required=True)
-        self.name = str(meta["name"])
+        model = str(meta["name"])
+        self.name = model if model.endswith(PER_TEXT) else model + PER_TEXT
         self._dimension = int(meta["dimension"])
         self.max_length = int(meta.get("max_length", MAX_TOKENS))
-        self.batch_size = batch_size
-        self.threads = ort_threads(threads)
+        self.threads = ort_threads(threads) or os.cpu_count() or 1
         self._runtime: Lazy[_Runtime] = Lazy(self._load)
 
     def _load(self) -> _Runtime:
-        tokenizer = padded_tokenizer(self.path / "tokenizer.json", self.max_length)
-        return _Runtime(tokenizer, cpu_session(self.path / "model.onnx", self.threads))
+        tokenizer = text_tokenizer(self.path / "tokenizer.json", self.max_length)
+        return _Runtime(tokenizer, cpu_session(self.path / "model.onnx", 1))
 
     @property
     def tokenizer(self) -> Any:
-        """The WordPiece tokenizer (truncating at `max_length`, padding to the batch's longest)."""
+        """The WordPiece tokenizer (truncating at `max_length`, never padding)."""
         return self._runtime.get().tokenizer
+
+    def _embed(self, text: str) -> Any:
+        """One text's unit vector: the text alone in one ONNX Runtime call."""
+        runtime = self._runtime.get()
+        enc = runtime.tokenizer.encode(text)
+        ids = np.asarray([enc.ids], dtype=np.int64)
+        mask = np.asarray([enc.attention_mask], dtype=np.int64)
+        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        (vectors,) = runtime.session.run(["sentence_embedding"], feeds)
+        return vectors[0]
 
     def encode(self, texts: Sequence[str], show_progress_bar: bool = False) -> Any:
         """Embed texts into a float32 array of unit vectors, one row per text, in the given order."""
-        if not texts:
-            return np.zeros((0, self.dimension), dtype=np.float32)
-        runtime = self._runtime.get()
-        lengths = [len(t) for t in texts]
-        order = sorted(range(len(texts)), key=lambda i: lengths[i])
         out = np.empty((len(texts), self.dimension), dtype=np.float32)
-        for s in tqdm(range(0, len(order), self.batch_size), disable=not show_progress_bar, unit="batch"):
-            rows = order[s : s + self.batch_size]
-            encs = runtime.tokenizer.encode_batch([texts[i] for i in rows])
-            ids = np.asarray([e.ids for e in encs], dtype=np.int64)
-            mask = np.asarray([e.attention_mask for e in encs], dtype=np.int64)
-            feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-            (vectors,) = runtime.session.run(["sentence_embedding"], feeds)
-            out[rows] = vectors
+        if not texts:
+            return out
+        self._runtime.get()  # loaded once, before the threads share it
+        bar = tqdm(total=len(texts), disable=not show_progress_bar, unit="text")
+        with bar:
+            if self.threads == 1 or len(texts) == 1:
+                for i, text in enumerate(texts):
+                    out[i] = self._embed(text)
+                    bar.update()
+            else:
+                with ThreadPoolExecutor(min(self.threads, len(texts))) as pool:
+                    for i, vector in enumerate(pool.map(self._embed, texts)):
+                        out[i] = vector
+                        bar.update()
         return out
 
     @property
@@ -207,13 +228,48 @@ def load_embeddings(spec: str = "") -> Embedder:
     raise ValueError(f"embedder {spec!r}: not {ONNX_SPEC!r}, {ST_SPEC!r} or a model folder")
 
 
+def _packaged_model_name() -> str | None:
+    """The packaged ONNX export's model name (without `PER_TEXT`), or None when it is not installed."""
+    if not (PACKAGED_EMBEDDER / "model.onnx").is_file():
+        return None
+    return str(read_model_meta(PACKAGED_EMBEDDER).get("name", "")).removesuffix(PER_TEXT) or None
+
+
+def is_retired(name: str) -> bool:
+    """Whether `name` is the packaged int8 embedder as it ran before `PER_TEXT` (texts in padded batches).
+
+    Its vectors moved with their batch, so no setting reproduces them: an index recording it is built again.
+    """
+    return name == _packaged_model_name()
+
+
 def setting_for(name: str) -> str:
     """The `FASTRAG_EMBEDDER` value that loads the embedder an index recorded as `name` (for refusal messages)."""
     if name == DEFAULT_EMBEDDER:
         return f"FASTRAG_EMBEDDER={ST_SPEC}"
-    if (PACKAGED_EMBEDDER / "model.onnx").is_file() and name == read_model_meta(PACKAGED_EMBEDDER).get("name"):
+    packaged = _packaged_model_name()
+    if packaged is not None and name == packaged + PER_TEXT:
         return f"FASTRAG_EMBEDDER={ONNX_SPEC} (the default)"
-    return f"FASTRAG_EMBEDDER=<the {name} model folder>"
+    return f"FASTRAG_EMBEDDER=<the {name.removesuffix(PER_TEXT)} model folder>"
+
+
+def how_to_read(name: str, otherwise: str) -> str:
+    """What a refusal of an index that recorded embedder `name` tells the user to do.
+
+    Args:
+        name: The embedder the index recorded.
+        otherwise: The other way out, e.g. "index it again".
+
+    Returns:
+        "set FASTRAG_EMBEDDER=... to read it, or <otherwise>"; for a retired embedder (`is_retired`), which no
+        setting reads, why it is refused, then `otherwise`.
+    """
+    if is_retired(name):
+        return (
+            f"that is the int8 embedder as it ran before each text was embedded alone (its vectors moved with "
+            f"their batch), which no setting reads now; {otherwise}"
+        )
+    return f"set {setting_for(name)} to read it, or {otherwise}"
 
 
 @cache

@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from fastcrag.config.settings import Settings, is_postgres_url
 from fastcrag.retrieval.blocks import chunk_sections, sections
-from fastcrag.retrieval.embeddings import DEFAULT_SPEC, default_embeddings
+from fastcrag.retrieval.embeddings import DEFAULT_SPEC, PER_TEXT, default_embeddings
 from fastcrag.retrieval.loaders import SourceDocument, python_reference
 from fastcrag.retrieval.sections import chunk_id
 from fastcrag.retrieval.store import FaissStore, FaissWriter, IndexLoadError
@@ -258,14 +258,17 @@ def build_index(
 def default_index_dir(embedder: str | None = None) -> Path:
     """Where the embedded Python-reference index lives: the user's cache folder, one per Python version and embedder.
 
-    The default embedder's index has no suffix; another `FASTRAG_EMBEDDER` gets its own folder, so switching between
-    embedders does not rebuild the index each time.
+    The default embedder's index is named for how it embeds (`-per-text`: each text alone, so a fastcrag whose int8
+    embedder batched its texts keeps its own folder instead of rebuilding this one); another `FASTRAG_EMBEDDER` gets
+    its own folder, so switching between embedders does not rebuild the index each time.
     """
     name = f"python-reference-{sys.version_info.major}.{sys.version_info.minor}"
     if CHUNKER > 1:  # another chunker's chunks: a folder of their own, built once like the first
         name += f"-c{CHUNKER}"
     spec = (Settings().embedder if embedder is None else embedder).strip()
-    if spec not in ("", DEFAULT_SPEC):
+    if spec in ("", DEFAULT_SPEC):
+        name += "-" + PER_TEXT.lstrip("+")
+    else:
         name += "-" + re.sub(r"[^A-Za-z0-9.]+", "-", spec).strip("-")[-60:]
     return Path(user_cache_dir("fastcrag")) / name
 

@@ -48,7 +48,7 @@ from fastcrag.config.settings import (
     redact_message,
     redact_url,
 )
-from fastcrag.retrieval.embeddings import embedder_dimension, embedder_name, setting_for
+from fastcrag.retrieval.embeddings import embedder_dimension, embedder_name, how_to_read
 from fastcrag.retrieval.indexing import BuildReport, build_index
 from fastcrag.retrieval.lexical import _idf, words
 from fastcrag.retrieval.loaders import SourceDocument
@@ -337,7 +337,10 @@ def open_collection(
     if collection.embedder != model:
         raise PgStoreError(
             f"collection {name!r} in {shown} was built with embedder {collection.embedder!r}, not {model!r}; "
-            f"set {setting_for(collection.embedder)} to read it, or use another collection"
+            + how_to_read(
+                collection.embedder,
+                "index into another collection (`fastcrag index PATHS --store URL --collection NEW`)",
+            )
         )
     return collection
 

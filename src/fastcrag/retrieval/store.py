@@ -19,7 +19,7 @@ import numpy as np
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 
-from fastcrag.retrieval.embeddings import embedder_dimension, embedder_name, setting_for
+from fastcrag.retrieval.embeddings import embedder_dimension, embedder_name, how_to_read, is_retired
 from fastcrag.retrieval.lexical import FILE as LEXICAL_FILE
 from fastcrag.retrieval.lexical import LexicalIndex, LexicalIndexError
 from fastcrag.retrieval.writing import ChunkBatch, ChunkStore, DocumentEntry
@@ -37,6 +37,10 @@ class IndexLoadError(RuntimeError):
 
 class IndexFormatError(IndexLoadError):
     """The index was written by another format version of fastcrag; rebuild it."""
+
+
+class RetiredEmbedderError(IndexLoadError):
+    """The index was built by an embedder no setting reads now (`embeddings.is_retired`); rebuild it."""
 
 
 class FaissStore(ChunkStore):
@@ -233,6 +237,7 @@ class FaissStore(ChunkStore):
             IndexLoadError: the folder holds no index, a file is damaged, the chunk store is out of step with
                 the FAISS index, or the index was built with another embedder.
             IndexFormatError: the index was written by another format version.
+            RetiredEmbedderError: the index was built by a retired embedder (`embeddings.is_retired`).
         """
         import faiss  # a native library (about 30 ms): loaded with the first index, not on import
 
@@ -264,9 +269,10 @@ class FaissStore(ChunkStore):
             )
         name = getattr(embedding, "name", None)
         if name is not None and manifest.get("embedder") not in (None, name):
-            raise IndexLoadError(
-                f"index {folder} was built with embedder {manifest['embedder']!r}, not {name!r}: set "
-                f"{setting_for(str(manifest['embedder']))} to read it, or index it again"
+            refused = RetiredEmbedderError if is_retired(str(manifest["embedder"])) else IndexLoadError
+            raise refused(
+                f"index {folder} was built with embedder {manifest['embedder']!r}, not {name!r}: "
+                + how_to_read(str(manifest["embedder"]), f"index it again (`fastcrag index PATHS --index {folder}`)")
             )
         lexical, lexical_error = None, None
         try:
@@ -286,7 +292,8 @@ class FaissWriter:
         """Load the index in `folder` (a new one when there is none or it has an older format).
 
         Raises:
-            IndexLoadError: the folder holds an index that is damaged or was built with another embedder.
+            IndexLoadError: the folder holds an index that is damaged or was built with another embedder (one that a
+                setting still reads: an index of a retired embedder, like one of an older format, is built again).
         """
         self.folder = folder
         self.meta = meta
@@ -294,7 +301,7 @@ class FaissWriter:
         self.seen: set[str] = set()
         try:
             self.store = FaissStore.load(folder, embeddings)
-        except IndexFormatError as exc:
+        except (IndexFormatError, RetiredEmbedderError) as exc:  # nothing reads it: built again, in place
             log.warning("%s: re-indexing every document", exc)
             self.store = FaissStore(embeddings)
         except IndexLoadError:
