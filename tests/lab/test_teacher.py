@@ -80,3 +80,35 @@ def test_probe_counts_the_passage_kept_and_its_rank_among_the_others() -> None:
 
     res = measure(pairs, candidates, score, threshold=0.5)["all"]
     assert res == {"n": 1, "kept_reworded": 1.0, "kept_plain": 1.0, "first": 0.0, "mrr": 0.5}
+
+
+def test_training_resumes_from_its_checkpoint(tmp_path: Path) -> None:
+    import torch
+
+    from lab.training.teacher import train_resumable
+
+    class Tiny(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.encoder = torch.nn.Linear(4, 4)
+            self.relevance = torch.nn.Linear(4, 1)
+
+    torch.manual_seed(0)
+    x, y = torch.randn(40, 4), torch.randn(40)
+    batches = [list(range(i, i + 4)) for i in range(0, 40, 4)]
+
+    def run(model: Tiny) -> dict[str, object]:
+        def loss_of(idx: list[int]) -> torch.Tensor:
+            return torch.mean((model.relevance(model.encoder(x[idx])).squeeze(-1) - y[idx]) ** 2)
+
+        return train_resumable(
+            model, batches, loss_of, tmp_path, lr=1e-2, head_lr_scale=1.0, max_minutes=0, checkpoint_every=3
+        )
+
+    whole = Tiny()
+    first = run(whole)
+    assert first["steps"] == 10 and (tmp_path / "checkpoint.pt").is_file()
+    again = Tiny()  # a fresh process: the same command continues, here with nothing left to do
+    second = run(again)
+    assert second["steps"] == 10
+    assert all(torch.equal(a, b) for a, b in zip(whole.state_dict().values(), again.state_dict().values(), strict=True))
