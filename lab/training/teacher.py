@@ -30,7 +30,7 @@ import math
 import os
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -322,15 +322,14 @@ def _texts(passages: Sequence[str], pairs: Sequence[PoolPair], idx: Sequence[int
     return [pairs[i].question for i in idx], [passages[pairs[i].passage] for i in idx]
 
 
-def teacher_logits(
+def inference_batches(
     model: Any, tokenizer: Any, qs: Sequence[str], ps: Sequence[str], max_length: int, batch: int
-) -> np.ndarray:
-    """The teacher's relevance logits of (question, passage) pairs, in order."""
+) -> Iterator[tuple[list[int], Any]]:
+    """(pair indices, tokenised batch on the model's device) in length order, under inference mode and autocast."""
     import torch
 
     device = next(model.parameters()).device
     order = sorted(range(len(qs)), key=lambda i: len(qs[i]) + len(ps[i]))
-    out = np.zeros(len(qs), dtype=np.float32)
     model.eval()
     with torch.inference_mode(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
         for s in range(0, len(order), batch):
@@ -342,8 +341,17 @@ def teacher_logits(
                 max_length=max_length,
                 padding=True,
                 return_tensors="pt",
-            ).to(device)
-            out[idx] = model(enc["input_ids"], enc["attention_mask"]).float().cpu().numpy()
+            )
+            yield idx, enc.to(device)
+
+
+def teacher_logits(
+    model: Any, tokenizer: Any, qs: Sequence[str], ps: Sequence[str], max_length: int, batch: int
+) -> np.ndarray:
+    """The teacher's relevance logits of (question, passage) pairs, in order."""
+    out = np.zeros(len(qs), dtype=np.float32)
+    for idx, enc in inference_batches(model, tokenizer, qs, ps, max_length, batch):
+        out[idx] = model(enc["input_ids"], enc["attention_mask"]).float().cpu().numpy()
     return out
 
 
@@ -466,32 +474,17 @@ def student_heads(
     model: Any, tokenizer: Any, qs: Sequence[str], ps: Sequence[str], max_length: int, batch: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """The student's relevance logits and span margins (best span minus no answer) of pairs, in order."""
-    import torch
-
     from fastcrag.fitting.model import passage_masks
     from fastcrag.grading.reader import span_margins
 
-    device = next(model.parameters()).device
-    order = sorted(range(len(qs)), key=lambda i: len(qs[i]) + len(ps[i]))
     rel = np.zeros(len(qs), dtype=np.float32)
     margin = np.zeros(len(qs), dtype=np.float32)
-    model.eval()
-    with torch.inference_mode(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-        for s in range(0, len(order), batch):
-            idx = order[s : s + batch]
-            enc = tokenizer(
-                [qs[i] for i in idx],
-                [ps[i] for i in idx],
-                truncation="only_second",
-                max_length=max_length,
-                padding=True,
-                return_tensors="pt",
-            ).to(device)
-            r, st, en = model(enc["input_ids"], enc["attention_mask"], enc["token_type_ids"])
-            masks = passage_masks(enc["token_type_ids"], enc["attention_mask"]).cpu().numpy()
-            m = span_margins(st.float().cpu().numpy(), en.float().cpu().numpy(), masks)
-            rel[idx] = r.float().cpu().numpy()
-            margin[idx] = [x if math.isfinite(x) else -30.0 for _, _, x in m]
+    for idx, enc in inference_batches(model, tokenizer, qs, ps, max_length, batch):
+        r, st, en = model(enc["input_ids"], enc["attention_mask"], enc["token_type_ids"])
+        masks = passage_masks(enc["token_type_ids"], enc["attention_mask"]).cpu().numpy()
+        m = span_margins(st.float().cpu().numpy(), en.float().cpu().numpy(), masks)
+        rel[idx] = r.float().cpu().numpy()
+        margin[idx] = [x if math.isfinite(x) else -30.0 for _, _, x in m]
     return rel, margin
 
 
