@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -184,17 +185,13 @@ class OnnxEmbeddings(Embedder):
         if not texts:
             return out
         self._runtime.get()  # loaded once, before the threads share it
+        workers = min(self.threads, len(texts))  # one text (a query) runs on the calling thread
         bar = tqdm(total=len(texts), disable=not show_progress_bar, unit="text")
-        with bar:
-            if self.threads == 1 or len(texts) == 1:
-                for i, text in enumerate(texts):
-                    out[i] = self._embed(text)
-                    bar.update()
-            else:
-                with ThreadPoolExecutor(min(self.threads, len(texts))) as pool:
-                    for i, vector in enumerate(pool.map(self._embed, texts)):
-                        out[i] = vector
-                        bar.update()
+        with bar, ThreadPoolExecutor(workers) if workers > 1 else nullcontext() as pool:
+            vectors = pool.map(self._embed, texts) if pool is not None else map(self._embed, texts)
+            for i, vector in enumerate(vectors):
+                out[i] = vector
+                bar.update()
         return out
 
     @property
