@@ -16,7 +16,6 @@ from __future__ import annotations
 import gzip
 import json
 import statistics
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from fastcrag.config.settings import SHARED_DATA
 from fastcrag.ortsession import cpu_session, padded_tokenizer
 from fastcrag.retrieval.embeddings import PACKAGED_EMBEDDER, OnnxEmbeddings
 from fastcrag.retrieval.text import chunk_text
+from lab.benchmarks.bench_embedder import scifact_dense_ndcg, timed_rounds
 
 BEFORE_BATCH = 32  # the texts per call of the batched embedder
 GROUP = 8  # texts sharing a batch in the alone-against-batch cosine
@@ -116,14 +116,7 @@ def batching_benchmark(
     for way in ways.values():  # model load and first-call allocation stay out of the timings
         way.encode(texts[:GROUP])
     progress(f"{len(texts)} chunks of SciFact abstracts, {rounds} rounds, {threads} threads")
-    seconds: dict[str, list[float]] = {n: [] for n in names}
-    vectors: dict[str, Any] = {}
-    for r in range(rounds):
-        for n in names if r % 2 == 0 else reversed(names):
-            t = time.perf_counter()
-            vectors[n] = ways[n].encode(texts)
-            seconds[n].append(time.perf_counter() - t)
-            progress(f"  round {r + 1}: {n}: {len(texts) / seconds[n][-1]:.1f} chunks/s")
+    seconds, vectors = timed_rounds(ways, texts, rounds, progress)
     table: dict[str, dict[str, float]] = {}
     rate = {n: len(texts) / statistics.median(seconds[n]) for n in names}
     table["throughput, chunks/s (median of rounds)"] = rate
@@ -145,21 +138,8 @@ def batching_benchmark(
 
 
 def _ndcg(beir: Path, ways: dict[str, Any], progress: Callable[[str], None]) -> dict[str, dict[str, float]]:
-    from fastcrag.evaluation.retrieval import evaluate
-    from lab.benchmarks.bench_embedder import _scifact
-
-    ids, docs, queries, qrels = _scifact(beir)
-    qids = sorted(q for q in qrels if q in queries)
-    out: dict[str, float] = {}
-    for n, way in ways.items():
-        t = time.perf_counter()
-        dvec, qvec = np.asarray(way.encode(docs)), np.asarray(way.encode([queries[q] for q in qids]))
-        sims = qvec @ dvec.T
-        top = np.argsort(-sims, axis=1)[:, :100]
-        run = {q: {ids[j]: float(sims[i, j]) for j in top[i]} for i, q in enumerate(qids)}
-        out[n] = evaluate(qrels, run)["nDCG@10"]
-        progress(f"  SciFact: {n}: {len(docs)} abstracts in {time.perf_counter() - t:.0f} s")
-    return {f"SciFact test nDCG@10 (dense, {len(qids)} claims)": out}
+    ndcg, claims = scifact_dense_ndcg(beir, ways, progress)
+    return {f"SciFact test nDCG@10 (dense, {claims} claims)": ndcg}
 
 
 def _print(table: dict[str, dict[str, float]], names: Sequence[str]) -> None:

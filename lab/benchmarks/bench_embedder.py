@@ -13,7 +13,7 @@ import gzip
 import json
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +60,45 @@ def _scifact(beir: Path) -> tuple[list[str], list[str], dict[str, str], dict[str
     return ids, texts, read_queries(queries_file), read_qrels(beir / "qrels" / "test.tsv")
 
 
+def timed_rounds(
+    embedders: Mapping[str, Any],
+    texts: Sequence[str],
+    rounds: int,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[dict[str, list[float]], dict[str, Any]]:
+    """Each embedder encodes `texts` once a round, in alternating order: seconds per round, and the last vectors."""
+    names = list(embedders)
+    seconds: dict[str, list[float]] = {n: [] for n in names}
+    vectors: dict[str, Any] = {}
+    for r in range(rounds):
+        for n in names if r % 2 == 0 else reversed(names):
+            t = time.perf_counter()
+            vectors[n] = embedders[n].encode(texts)
+            seconds[n].append(time.perf_counter() - t)
+            if progress is not None:
+                progress(f"  round {r + 1}: {n}: {len(texts) / seconds[n][-1]:.1f} chunks/s")
+    return seconds, vectors
+
+
+def scifact_dense_ndcg(
+    beir: Path, embedders: Mapping[str, Any], progress: Callable[[str], None]
+) -> tuple[dict[str, float], int]:
+    """SciFact test nDCG@10 of dense retrieval over whole abstracts, per embedder; and the claims scored."""
+    ids, docs, queries, qrels = _scifact(beir)
+    qids = sorted(q for q in qrels if q in queries)
+    ndcg: dict[str, float] = {}
+    for n, embedder in embedders.items():
+        t = time.perf_counter()
+        dvec = np.asarray(embedder.encode(docs))
+        qvec = np.asarray(embedder.encode([queries[q] for q in qids]))
+        sims = qvec @ dvec.T
+        top = np.argsort(-sims, axis=1)[:, :100]
+        run = {q: {ids[j]: float(sims[i, j]) for j in top[i]} for i, q in enumerate(qids)}
+        ndcg[n] = evaluate(qrels, run)["nDCG@10"]
+        progress(f"  SciFact: {n} embedded {len(docs)} abstracts in {time.perf_counter() - t:.0f} s")
+    return ndcg, len(qids)
+
+
 def embedder_benchmark(
     *,
     beir: Path | None = SHARED_DATA / "scifact",
@@ -94,13 +133,7 @@ def embedder_benchmark(
         e.encode(texts[:8])
     progress(f"models loaded in {time.perf_counter() - t0:.1f} s; {len(texts)} chunks of the embedded corpus")
 
-    seconds: dict[str, list[float]] = {n: [] for n in names}
-    vectors: dict[str, Any] = {}
-    for r in range(rounds):
-        for n in names if r % 2 == 0 else reversed(names):
-            t = time.perf_counter()
-            vectors[n] = embedders[n].encode(texts)
-            seconds[n].append(time.perf_counter() - t)
+    seconds, vectors = timed_rounds(embedders, texts, rounds)
     rate = {n: len(texts) / statistics.median(seconds[n]) for n in names}
     table["index build: chunks/s (median of rounds)"] = rate
     table["index build: throughput vs fp32"] = {n: rate[n] / rate[names[0]] for n in names}
@@ -124,19 +157,8 @@ def embedder_benchmark(
     table[f"cosine with fp32, {len(sample)} chunks: min"] = {n_int8: float(cos.min())}
 
     if beir is not None and beir.is_dir():
-        ids, docs, queries, qrels = _scifact(beir)
-        qids = sorted(q for q in qrels if q in queries)
-        ndcg: dict[str, float] = {}
-        for n in names:
-            t = time.perf_counter()
-            dvec = np.asarray(embedders[n].encode(docs))
-            qvec = np.asarray(embedders[n].encode([queries[q] for q in qids]))
-            sims = qvec @ dvec.T
-            top = np.argsort(-sims, axis=1)[:, :100]
-            run = {q: {ids[j]: float(sims[i, j]) for j in top[i]} for i, q in enumerate(qids)}
-            ndcg[n] = evaluate(qrels, run)["nDCG@10"]
-            progress(f"  SciFact: {n} embedded {len(docs)} abstracts in {time.perf_counter() - t:.0f} s")
-        table[f"SciFact test nDCG@10 (dense, {len(qids)} claims)"] = ndcg
+        ndcg, claims = scifact_dense_ndcg(beir, embedders, progress)
+        table[f"SciFact test nDCG@10 (dense, {claims} claims)"] = ndcg
         table["SciFact nDCG@10 minus fp32"] = {n: ndcg[n] - ndcg[names[0]] for n in names}
 
     _print(table, names)
