@@ -13,10 +13,10 @@ from pathlib import Path
 
 from fastcrag.cli import _settings, run
 from fastcrag.config.options import add_options, from_args
-from fastcrag.config.settings import SHARED_DATA
 from fastcrag.evaluation.cli import _check_paths, _grader, _offline
 from fastcrag.evaluation.cli import _settings as _eval_settings
 from lab.benchmarks.configs import BenchConfig
+from lab.data import SHARED_DATA
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:

@@ -6,14 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from fastcrag.config import settings
-
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).parent))
 
-#: The shared data folder, as the package names it relative to the repository root.
-SHARED_DATA = (Path(__file__).resolve().parents[1] / settings.SHARED_DATA).resolve()
+ROOT = Path(__file__).resolve().parents[1]
+
+from lab.data import SHARED_DATA as _LAB_DATA  # noqa: E402  (the lab is on pytest's pythonpath)
+
+#: The shared data folder the lab reads (`lab/data.py`), from the repository root.
+SHARED_DATA = (ROOT / _LAB_DATA).resolve()
 
 
 @pytest.fixture(scope="session")

@@ -22,11 +22,11 @@ from typing import Any
 
 import numpy as np
 
-from fastcrag.config.settings import SHARED_DATA
 from fastcrag.ortsession import cpu_session, padded_tokenizer
 from fastcrag.retrieval.embeddings import PACKAGED_EMBEDDER, OnnxEmbeddings
 from fastcrag.retrieval.text import chunk_text
 from lab.benchmarks.bench_embedder import scifact_dense_ndcg, timed_rounds
+from lab.data import SHARED_DATA
 
 BEFORE_BATCH = 32  # the texts per call of the batched embedder
 GROUP = 8  # texts sharing a batch in the alone-against-batch cosine

@@ -19,13 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from fastcrag.config.settings import SHARED_DATA
 from fastcrag.datasets import read_qrels, read_queries
 from fastcrag.evaluation.retrieval import evaluate
 from fastcrag.measures import percentile
 from fastcrag.retrieval.embeddings import Embedder, OnnxEmbeddings, SentenceTransformerEmbeddings
 from fastcrag.retrieval.loaders import python_reference
 from fastcrag.retrieval.text import chunk_text
+from lab.data import SHARED_DATA
 
 TARGETS = {"throughput ratio": 2.0, "query P50 ms": 5.0, "mean cosine": 0.99, "nDCG@10 gap": 0.005}
 QUERIES = [

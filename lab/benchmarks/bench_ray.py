@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fastcrag.config.settings import SHARED_DATA
+from lab.data import SHARED_DATA
 
 
 def _cpu_seconds() -> float:

@@ -32,10 +32,11 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fastcrag.config.settings import SHARED_DATA, Context
+from fastcrag.config.settings import Context
 from fastcrag.evaluation import launch
 from fastcrag.evaluation.report import percentile
 from fastcrag.fileio import write_json_atomic
+from lab.data import SHARED_DATA
 
 if TYPE_CHECKING:
     from lab.benchmarks.pareto import LeverSetup
@@ -230,8 +231,9 @@ def missing_quality(quality: dict[str, dict[str, Any]], root: Path) -> list[str]
         if TRUTHFULNESS not in measured:
             slug = "-".join(str(v) for _, v in sorted(settings.items()))
             commands[
-                f"{env} fastcrag eval abstention --per-class 40 --generators extractive --variants crag "
-                f"--out {root}/abstention-{slug}"
+                f"{env} fastcrag eval abstention --squad {SHARED_DATA / 'squad2-dev'} "
+                f"--off-corpus {SHARED_DATA / 'train' / 'squad11-train'} --per-class 40 --generators extractive "
+                f"--variants crag --out {root}/abstention-{slug}"
             ] = None
     return list(commands)
 

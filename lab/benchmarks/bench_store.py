@@ -31,9 +31,10 @@ import numpy as np
 from langchain_core.embeddings import Embeddings
 from platformdirs import user_cache_dir
 
-from fastcrag.config.settings import HNSW_BUILD_MEMORY_MB, HNSW_EF_CONSTRUCTION, HNSW_M, SHARED_DATA
+from fastcrag.config.settings import HNSW_BUILD_MEMORY_MB, HNSW_EF_CONSTRUCTION, HNSW_M
 from fastcrag.fileio import write_json_atomic
 from fastcrag.measures import percentile
+from lab.data import SHARED_DATA
 
 STORES = ("faiss-flat", "faiss-hnsw", "pgvector-hnsw")
 TARGET_RECALL, TARGET_P50_MS, TARGET_RSS_GROWTH = 0.95, 20.0, 0.20

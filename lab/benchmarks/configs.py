@@ -6,8 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fastcrag.config.options import option
-from fastcrag.config.settings import SHARED_DATA, SMOLLM2_LLM
+from fastcrag.config.settings import SMOLLM2_LLM
 from fastcrag.evaluation.configs import FRESH_HELP, OUT_HELP, THREADS_HELP
+from lab.data import SHARED_DATA
 
 
 @dataclass

@@ -21,9 +21,9 @@ from types import ModuleType
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))  # the project's own code, installed or not
 
-from fastcrag.config.settings import SHARED_DATA  # noqa: E402
 from fastcrag.retrieval import blocks  # noqa: E402
 from fastcrag.retrieval.loaders import load_documents  # noqa: E402
+from lab.data import SHARED_DATA  # noqa: E402
 
 
 def chunker_at(commit: str) -> ModuleType:

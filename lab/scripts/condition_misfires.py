@@ -19,9 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))  # the project's own code, installed or not
 
-from fastcrag.config.settings import SHARED_DATA
 from fastcrag.grading.conditions import named_conditions, unmet_conditions
 from fastcrag.retrieval.text import split_sentences
+from lab.data import SHARED_DATA
 
 Pair = tuple[str, str]
 

@@ -17,7 +17,7 @@ import random
 import re
 from pathlib import Path
 
-from fastcrag.config.settings import SHARED_DATA
+from lab.data import SHARED_DATA
 
 
 def scifact(data: Path, out: Path) -> None:

@@ -86,11 +86,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))  # the project's own code, installed or not
 
-from fastcrag.config.settings import SHARED_DATA  # noqa: E402
 from fastcrag.evaluation.scoring import contains_gold, normalize_answer, summarize  # noqa: E402
 from fastcrag.fileio import write_json_atomic, write_text_atomic  # noqa: E402
 from fastcrag.grading.conditions import named_conditions  # noqa: E402
 from fastcrag.retrieval.text import split_sentences  # noqa: E402
+from lab.data import SHARED_DATA  # noqa: E402
 
 CORPORA = ("squad-snippets", "squad-numbers", "covidqa", "medquad", "selqa", "pubmedqa")
 MIN_GOLD_WORDS = 4
@@ -737,9 +737,8 @@ def _fits(
         elif row == "pseudo":
             runs.append((row, out / "fit-pseudo", ["--questions", str(labels), "--pseudo", str(PSEUDO)], False))
         elif row == "train":
-            runs.append(
-                (row, out / "fit-train", ["--questions", str(labels), "--train", "--minutes", str(a.minutes)], True)
-            )
+            train = ["--questions", str(labels), "--train", "--minutes", str(a.minutes), "--data-root", str(a.data)]
+            runs.append((row, out / "fit-train", train, True))  # the shared data's packaged mix is replayed
         elif row == "naming":
             naming = [
                 q

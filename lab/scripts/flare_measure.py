@@ -47,9 +47,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))  # the project's own code, installed or not
 
-from fastcrag.config.settings import SHARED_DATA, SMOLLM2_LLM  # noqa: E402
+from fastcrag.config.settings import SMOLLM2_LLM  # noqa: E402
 from fastcrag.fileio import write_json_atomic, write_text_atomic  # noqa: E402
 from fastcrag.generation.flare import sentences_of  # noqa: E402
+from lab.data import SHARED_DATA  # noqa: E402
 from lab.scripts.fit_trial import medquad  # noqa: E402
 
 CONTENT_WORDS = 5

@@ -30,6 +30,7 @@ from typing import Any
 
 from fastcrag.config.calibration import load_calibration
 from fastcrag.config.settings import Settings
+from lab.data import SHARED_DATA
 
 Score = Callable[[str, Sequence[str]], list[float]]
 _WORD = re.compile(r"[a-z0-9_]{4,}")
@@ -122,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--grader", action="append", default=[], help="ONNX grader folder[:calibration.json] (repeatable)")
     ap.add_argument("--teacher", default="", help="a torch cross-encoder folder to measure beside the graders")
     ap.add_argument("--index", action="append", default=[], help="CORPUS=INDEX (git, flask)")
-    ap.add_argument("--squad", default="../shared/data/squad2-dev", help="SQuAD v2 JSON file or folder")
+    ap.add_argument("--squad", default=str(SHARED_DATA / "squad2-dev"), help="SQuAD v2 JSON file or folder")
     ap.add_argument("--out", default="", help="also write the figures as JSON here")
     args = ap.parse_args(argv)
     from fastcrag.grading.reranker import calibration_for, load_reranker

@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 run=${1:-runs/grader-v3}
 minutes=${2:-55}
-data=${FASTRAG_DATA_ROOT:-$(python -c "from fastcrag.config.settings import SHARED_DATA; print(SHARED_DATA)")}
+data=${FASTRAG_DATA_ROOT:-$(python -c "from lab.data import SHARED_DATA; print(SHARED_DATA)")}
 v2=$(mktemp -d)
 trap 'rm -rf "$v2"' EXIT
 for f in model.onnx tokenizer.json fastcrag_model.json; do

@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 run=${1:-runs/grader-v4}
 minutes=${2:-38}
-data=${FASTRAG_DATA_ROOT:-$(python -c "from fastcrag.config.settings import SHARED_DATA; print(SHARED_DATA)")}
+data=${FASTRAG_DATA_ROOT:-$(python -c "from lab.data import SHARED_DATA; print(SHARED_DATA)")}
 export HF_HUB_OFFLINE=1
 mkdir -p "$run"
 bash scripts/fetch_docs_corpus.sh --corpus postgresql "$run/docs/postgresql"

@@ -16,7 +16,7 @@ cd "$(dirname "$0")/../.."
 run=${1:-runs/grader-v5}
 teacher_minutes=${2:-3.4}
 student_minutes=${3:-3.9}
-data=${FASTRAG_DATA_ROOT:-../shared/data}
+data=${FASTRAG_DATA_ROOT:-$(python -c "from lab.data import SHARED_DATA; print(SHARED_DATA)")}
 MPNET_SHA256=78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658
 export HF_HUB_OFFLINE=1
 mkdir -p "$run"

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from fastcrag.config.settings import SHARED_DATA
+from lab.data import SHARED_DATA
 
 
 def _train(args: argparse.Namespace) -> int:

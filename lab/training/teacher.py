@@ -594,11 +594,13 @@ def cmd_pool(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """The command line."""
+    from lab.data import SHARED_DATA
+
     ap = argparse.ArgumentParser(prog="python -m lab.training.teacher", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("pool", help="build the portable training pool")
     p.add_argument("--out", required=True)
-    p.add_argument("--data-root", default="../shared/data")
+    p.add_argument("--data-root", default=str(SHARED_DATA))
     p.add_argument("--user-data", action="append", default=[], help="more labelled pairs (JSONL, SQuAD, BEIR)")
     p.add_argument("--squad-questions", type=int, default=0)
     p.add_argument("--max-pairs", type=int, default=0)

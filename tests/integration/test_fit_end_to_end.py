@@ -98,8 +98,9 @@ def test_fit_fine_tunes_within_its_budget(tmp_path: Path, corpus: Path, capsys: 
     q.write_text("".join(json.dumps(r) + "\n" for r in rows * 2), encoding="utf-8")  # answers only, 36 lines
     out = tmp_path / "fit"
     args = ["fit", "--questions", str(q), "--index", str(index), "--out", str(out), "--train", "--minutes", "0.3"]
-    assert main([*args, "--data-root", str(tmp_path / "no-shared-data"), "--quiet"]) == 0
+    assert main([*args, "--quiet"]) == 0  # no --data-root: no replay mix, said before the work
     printed = capsys.readouterr().out
+    assert "replays no training mix" in printed
     report = (out / "report.md").read_text(encoding="utf-8")
     assert "fitted" in report and "training pairs" in report
     cal = json.loads((out / "calibration.json").read_text(encoding="utf-8"))

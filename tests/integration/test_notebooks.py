@@ -26,12 +26,15 @@ def test_every_numbered_notebook_is_collected() -> None:
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_runs_offline(path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_notebook_runs_offline(
+    path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     import nbformat
     from nbclient import NotebookClient
 
     if "calibration" in path.name and not (SHARED_DATA / "squad2-dev").exists():
         pytest.skip(f"SQuAD data not found at {SHARED_DATA}")
+    monkeypatch.setenv("FASTRAG_DATA", str(SHARED_DATA))  # the kernel inherits it: where notebook 02 reads SQuAD
     book = nbformat.read(path, as_version=4)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     client = NotebookClient(

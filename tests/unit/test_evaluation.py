@@ -25,6 +25,7 @@ from fastcrag.evaluation.abstention import (
     write_report,
 )
 from fastcrag.evaluation.common import calibration_sample, question_id, select_questions
+from fastcrag.evaluation.configs import RetrievalConfig
 from fastcrag.evaluation.retrieval import GraphOrder, doc_id, evaluate, graph_run, rank_documents
 from fastcrag.evaluation.runlog import ConfigMismatchError, ResultLog, config_hash
 from fastcrag.evaluation.scoring import (
@@ -153,7 +154,7 @@ def test_table_and_completion_note() -> None:
 
 
 def test_abstention_report_marks_partial_runs(tmp_path: Path) -> None:
-    cfg = AbstentionConfig(out=tmp_path, generators=["extractive"], per_class=2)
+    cfg = AbstentionConfig(tmp_path / "squad", tmp_path / "off", out=tmp_path, generators=["extractive"], per_class=2)
     log = ResultLog(tmp_path / "results.jsonl", {"x": 1})
     for i, (kind, outcome, crag) in enumerate(
         [("answerable", "correct", True), ("off_corpus", "abstained", True), ("answerable", "correct", False)]
@@ -181,7 +182,9 @@ def test_abstention_report_marks_partial_runs(tmp_path: Path) -> None:
 
 
 def test_abstention_summaries_and_report_for_three_variants(tmp_path: Path) -> None:
-    cfg = AbstentionConfig(out=tmp_path, generators=["extractive", "llm"], per_class=1)
+    cfg = AbstentionConfig(
+        tmp_path / "squad", tmp_path / "off", out=tmp_path, generators=["extractive", "llm"], per_class=1
+    )
     assert cfg.variants == list(VARIANTS) == ["crag", "threshold", "plain"]
     log = ResultLog(tmp_path / "results.jsonl", {"x": 2})
     outcomes = {  # (answerable, unanswerable) per variant
@@ -436,3 +439,48 @@ def test_distractors_come_only_from_articles_nobody_asked_about() -> None:
     assert docs == distractor_documents(squad, {"Asked", "Corpus"}, 2, seed=3)  # seeded
     assert distractor_documents(squad, set(), 0, seed=3) == []
     assert len(distractor_documents(squad, {"Asked"}, 99, seed=3)) == 8  # at most what there is
+
+
+@pytest.mark.parametrize(
+    ("command", "flag", "folder"),
+    [("abstention", "--squad", "squad2-dev"), ("retrieval", "--beir", "scifact")],
+)
+def test_eval_without_its_data_says_which_option_or_setting_in_one_line(
+    command: str, flag: str, folder: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fastcrag.cli import main
+
+    monkeypatch.delenv("FASTRAG_DATA", raising=False)
+    assert main(["eval", command]) == 2
+    err = capsys.readouterr().err
+    assert flag in err and "FASTRAG_DATA" in err and folder in err and "Traceback" not in err
+
+
+def test_eval_finds_its_data_in_the_fastrag_data_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fastcrag.cli import main
+    from fastcrag.evaluation import abstention, retrieval
+
+    data = tmp_path / "data"
+    for folder in ("squad2-dev", "train/squad11-train", "scifact"):
+        (data / folder).mkdir(parents=True)
+    seen: dict[str, object] = {}
+
+    def fake_run(cfg: object, settings: object) -> int:
+        seen[type(cfg).__name__] = cfg
+        (tmp_path / "out").mkdir(exist_ok=True)
+        (tmp_path / "out" / "report.md").write_text("# report\n", encoding="utf-8")
+        return 0
+
+    monkeypatch.setattr(abstention, "run", fake_run)
+    monkeypatch.setattr(retrieval, "run", fake_run)
+    monkeypatch.setenv("FASTRAG_DATA", str(data))
+    off = tmp_path / "elsewhere"
+    off.mkdir()
+    assert main(["eval", "abstention", "--off-corpus", str(off), "--out", str(tmp_path / "out")]) == 0
+    assert main(["eval", "retrieval", "--out", str(tmp_path / "out")]) == 0
+    ab, rt = seen["AbstentionConfig"], seen["RetrievalConfig"]
+    assert isinstance(ab, AbstentionConfig) and isinstance(rt, RetrievalConfig)
+    assert (ab.squad, ab.off_corpus, rt.beir) == (data / "squad2-dev", off, data / "scifact")  # an option wins
+    assert "# report" in capsys.readouterr().out

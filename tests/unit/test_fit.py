@@ -494,3 +494,20 @@ def test_the_grade_and_reader_floors_are_drawn_together() -> None:
     # a reader that tells nothing apart is given no floor: it would only decline answerable questions
     flat = [Observation(o.kind, o.top_score, "", "", 0.5, o.question) for o in obs]
     assert choose_pair(flat, 0.9, min_recall=0.5)[1] is None
+
+
+def test_train_without_data_root_says_no_mix_is_replayed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seen: list[FitOptions] = []
+
+    def stop(opts: FitOptions, settings: Settings) -> None:
+        seen.append(opts)
+        raise FitError("stopped before any work")
+
+    monkeypatch.setattr(fitmod, "fit", stop)
+    args = ["fit", "--index", str(tmp_path), "--out", str(tmp_path / "o"), "--train"]
+    assert main(args) == 2
+    assert "replays no training mix" in capsys.readouterr().out and seen[-1].data_root is None
+    assert main([*args, "--data-root", str(tmp_path / "mix")]) == 2
+    assert "replays no training mix" not in capsys.readouterr().out and seen[-1].data_root == tmp_path / "mix"

@@ -105,3 +105,23 @@ def test_a_switch_on_by_default_needs_its_flag() -> None:
 
     with pytest.raises(TypeError, match="flag"):
         add_options(argparse.ArgumentParser(), Bad)
+
+
+def test_a_path_option_without_a_default_must_be_given() -> None:
+    @dataclass
+    class Needs:
+        data: Path = field(metadata=option("data folder"))
+        count: int = field(default=1, metadata=option())
+
+    parser = argparse.ArgumentParser()
+    add_options(parser, Needs)
+    with pytest.raises(ValueError, match="--data is required"):
+        from_args(Needs, parser.parse_args([]))
+    assert from_args(Needs, parser.parse_args(["--data", "d"])) == Needs(Path("d"), 1)
+
+    @dataclass
+    class Bad:
+        count: int = field(metadata=option())
+
+    with pytest.raises(TypeError, match="needs a default"):
+        add_options(argparse.ArgumentParser(), Bad)

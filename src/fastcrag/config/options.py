@@ -28,7 +28,9 @@ def option(
 
     The flag is `--` and the field's name with dashes; argparse's type, the default and the action come from the
     field: `int`, `float`, `str` and `Path` take a value (a path stays text on the namespace), `bool` is a switch (a
-    field defaulting to True needs a `flag` that turns it off), `list[str]` takes comma-separated names.
+    field defaulting to True needs a `flag` that turns it off), `list[str]` takes comma-separated names. A `str` or
+    `Path` field without a default is a value the run must have: the option's default is None, and `from_args`
+    refuses a namespace where it is still None (a command may fill it first, e.g. from a setting).
 
     Args:
         help: The help text; `%(default)s` in it shows the field's default.
@@ -44,12 +46,17 @@ def _options(config: type[Any]) -> list[dataclasses.Field[Any]]:
     return [f for f in dataclasses.fields(config) if f.metadata.get(_OPTION)]
 
 
+def _required(f: dataclasses.Field[Any]) -> bool:
+    """Whether the field has no default: the run must give it."""
+    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+
+
 def _default(f: dataclasses.Field[Any]) -> Any:
     if f.default is not dataclasses.MISSING:
         return f.default
     if f.default_factory is not dataclasses.MISSING:
         return f.default_factory()
-    raise TypeError(f"option {f.name!r} needs a default")
+    return None  # a required value (a `str` or `Path` field): `add_options` refuses any other type
 
 
 def _base(hint: Any) -> Any:
@@ -78,11 +85,14 @@ def add_options(parser: argparse.ArgumentParser, config: type[Any]) -> None:
     """Add an option to `parser` for each field of the dataclass `config` declared with `option()`, in field order.
 
     Raises:
-        TypeError: a field's type has no command-line form, or a switch defaulting to True names no flag.
+        TypeError: a field's type has no command-line form, a switch defaulting to True names no flag, or a field
+            without a default is not a `str` or `Path`.
     """
     hints = typing.get_type_hints(config)
     for f in _options(config):
         meta, default, kind, flag = f.metadata, _default(f), _base(hints[f.name]), _flag(f)
+        if _required(f) and kind not in (str, Path):
+            raise TypeError(f"option {f.name!r} needs a default")
         if kind is bool:
             if default and not meta["flag"]:
                 raise TypeError(f"switch {f.name!r} defaults to True: name the `flag` that turns it off")
@@ -104,11 +114,13 @@ def from_args(config: type[C], args: argparse.Namespace, **values: Any) -> C:
     """The config made from the options `add_options` added (and `values`, for fields that are not options).
 
     Raises:
-        ValueError: a field's `parse` refused the option's text.
+        ValueError: a field's `parse` refused the option's text, or a field without a default has no value.
     """
     hints = typing.get_type_hints(config)
     for f in _options(config):
         value, kind = getattr(args, _dest(_flag(f))), _base(hints[f.name])
+        if value is None and _required(f):
+            raise ValueError(f"{_flag(f)} is required")
         if f.metadata["none_flag"] and getattr(args, _dest(f.metadata["none_flag"][0])):
             value = None
         elif kind is bool:

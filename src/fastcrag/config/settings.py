@@ -12,9 +12,6 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic.dataclasses import dataclass
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-#: The shared data folder (SQuAD, BEIR sets and the packaged grader's training mix), relative to the repository
-#: root: the default of every command that reads it, run from the repository root.
-SHARED_DATA = Path("../shared/data")
 #: The offline chat model (SmolLM2-135M-Instruct, GGUF, through llama-cpp-python).
 SMOLLM2_LLM = "llamacpp:SmolLM2-135M-Instruct"
 #: The default generator: the one with the higher truthfulness in `fastcrag eval abstention` (docs/RESULTS.md):
@@ -67,6 +64,11 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FASTRAG_", extra="ignore")
 
     index_dir: Path | None = Field(None, description="Index folder; the embedded Python-reference index when unset.")
+    data: Path | None = Field(
+        None,
+        description="Evaluation data folder (`squad2-dev/`, `train/squad11-train/`, `scifact/`): where `fastcrag "
+        "eval` finds the data its options do not name; unset, those options are required.",
+    )
     embedder: str = Field(
         "",
         description="Embedder: `onnx-int8` (the packaged int8 export, the default when empty), `sentence-transformers` "

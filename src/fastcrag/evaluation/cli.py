@@ -11,7 +11,7 @@ from typing import Any
 
 from fastcrag.config.options import add_options, from_args
 from fastcrag.config.settings import Settings
-from fastcrag.evaluation.configs import AbstentionConfig, DocsConfig, RetrievalConfig
+from fastcrag.evaluation.configs import DATA_SETTING, AbstentionConfig, DocsConfig, RetrievalConfig
 from fastcrag.evaluation.configs import parse_variants as parse_variants
 from fastcrag.evaluation.results import write_results
 
@@ -37,6 +37,23 @@ def _check_extra() -> None:
         raise ValueError(f"`fastcrag eval` needs {' and '.join(missing)}: pip install 'fastcrag[eval]'")
 
 
+def _data_options(
+    args: argparse.Namespace, config: type[AbstentionConfig | RetrievalConfig], data: Path | None
+) -> None:
+    """Fill each data option the command line left out from the `FASTRAG_DATA` folder.
+
+    Raises:
+        ValueError: an option is left out and `FASTRAG_DATA` is not set (one line naming both).
+    """
+    for name, under in config.DATA.items():
+        if getattr(args, name) is not None:
+            continue
+        if data is None:
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(f"no {flag}: give {flag} PATH, or set {DATA_SETTING} to the folder holding {under}/")
+        setattr(args, name, str(data / under))
+
+
 def _check_paths(*paths: Path) -> None:
     for p in paths:
         if not p.exists():
@@ -49,13 +66,15 @@ def cmd_abstention(args: argparse.Namespace) -> int:
 
     _offline()
     _check_extra()
+    settings = _settings(args)
+    _data_options(args, AbstentionConfig, settings.data)
     cfg = from_args(AbstentionConfig, args)
     _check_paths(cfg.squad, cfg.off_corpus)
     if cfg.distractors < 0:
         raise ValueError("--distractors must be >= 0")
     if cfg.per_class < 1 or not cfg.generators:
         raise ValueError("--per-class must be >= 1 and --generators must name at least one generator")
-    code = run(cfg, _settings(args))
+    code = run(cfg, settings)
     print((cfg.out / "report.md").read_text(encoding="utf-8"))
     return code
 
@@ -66,9 +85,11 @@ def cmd_retrieval(args: argparse.Namespace) -> int:
 
     _offline()
     _check_extra()
+    settings = _settings(args)
+    _data_options(args, RetrievalConfig, settings.data)
     cfg = from_args(RetrievalConfig, args)
     _check_paths(cfg.beir)
-    code = run(cfg, _settings(args))
+    code = run(cfg, settings)
     print((cfg.out / "report.md").read_text(encoding="utf-8"))
     return code
 
@@ -93,11 +114,11 @@ def cmd_docs(args: argparse.Namespace) -> int:
 
 
 DEFAULT_COMMANDS = [
-    "export HF_HUB_OFFLINE=1",
+    "export HF_HUB_OFFLINE=1 FASTRAG_DATA=<your data folder>  # squad2-dev/, train/squad11-train/, scifact/",
     "fastcrag eval abstention     # -> runs/eval-abstention/",
     "fastcrag eval retrieval      # -> runs/eval-retrieval/",
     "python -m lab bench          # -> runs/bench/",
-    "fastcrag eval results        # -> docs/RESULTS.md",
+    "fastcrag eval results        # -> runs/RESULTS.md",
 ]
 
 
@@ -153,7 +174,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
 
     rs = ev_sub.add_parser("results", help="stitch the three reports into one Results page")
     rs.add_argument("--runs", default="runs", help="folder holding eval-abstention/, eval-retrieval/, bench/")
-    rs.add_argument("--out", default="docs/RESULTS.md", help="page to write (default: docs/RESULTS.md)")
+    rs.add_argument("--out", default="runs/RESULTS.md", help="page to write (default: runs/RESULTS.md)")
     rs.add_argument("--preface", help="Markdown file whose text opens the page (e.g. a summary)")
     rs.set_defaults(func=cmd_results)
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from fastcrag.config.options import option
-from fastcrag.config.settings import SHARED_DATA, SMOLLM2_LLM
+from fastcrag.config.settings import SMOLLM2_LLM
 
 VARIANTS = ("crag", "threshold", "plain")
 """The graph configurations compared per generator: CRAG on; CRAG off abstaining below reranker_threshold
@@ -19,6 +20,8 @@ THREADS_HELP = (
     "CPU threads per model (default: %(default)s; oversubscribed threads spin on a shared machine; 0: library default)"
 )
 FRESH_HELP = "discard earlier results in --out instead of resuming"
+DATA_SETTING = "FASTRAG_DATA"
+"""The setting naming the folder where `fastcrag eval` finds the data its options do not name (`Settings.data`)."""
 
 
 def parse_variants(text: str) -> list[str]:
@@ -37,12 +40,17 @@ def parse_variants(text: str) -> list[str]:
 class AbstentionConfig:
     """Options of one abstention run (`fastcrag eval abstention`)."""
 
+    DATA: ClassVar[dict[str, str]] = {"squad": "squad2-dev", "off_corpus": "train/squad11-train"}
+    """Each data option's folder under `FASTRAG_DATA`, its default when that is set."""
+
     squad: Path = field(
-        default=SHARED_DATA / "squad2-dev", metadata=option("SQuAD v2 JSON file or folder (the corpus)")
+        metadata=option(f"SQuAD v2 JSON file or folder, the corpus (default: {DATA_SETTING}/squad2-dev)")
     )
     off_corpus: Path = field(
-        default=SHARED_DATA / "train" / "squad11-train",
-        metadata=option("SQuAD JSON whose articles are not indexed (off-corpus questions)"),
+        metadata=option(
+            "SQuAD JSON whose articles are not indexed, the off-corpus questions (default: "
+            f"{DATA_SETTING}/train/squad11-train)"
+        ),
     )
     per_class: int = field(default=40, metadata=option("questions per class (default: %(default)s)"))
     seed: int = field(default=2026, metadata=option())
@@ -81,8 +89,11 @@ class AbstentionConfig:
 class RetrievalConfig:
     """Options of one retrieval run (`fastcrag eval retrieval`)."""
 
+    DATA: ClassVar[dict[str, str]] = {"beir": "scifact"}
+    """Each data option's folder under `FASTRAG_DATA`, its default when that is set."""
+
     beir: Path = field(
-        default=SHARED_DATA / "scifact", metadata=option("BEIR folder (corpus.jsonl.gz, queries, qrels/)")
+        metadata=option(f"BEIR folder: corpus.jsonl.gz, queries, qrels/ (default: {DATA_SETTING}/scifact)")
     )
     split: str = field(default="test", metadata=option("qrels split (default: %(default)s)"))
     queries: int = field(default=0, metadata=option("sample this many queries (default %(default)s: all)"))

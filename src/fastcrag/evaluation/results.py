@@ -1,11 +1,10 @@
-"""`fastcrag eval results`: stitch the three reports into one Results page (docs/RESULTS.md)."""
+"""`fastcrag eval results`: stitch the three reports into one Results page."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from fastcrag.config.settings import SHARED_DATA
 from fastcrag.fileio import write_text_atomic
 
 REPORTS = (  # (folder under runs/, section title, whether a missing report is worth a note)
@@ -32,7 +31,7 @@ def compose(runs: Path, commands: list[str], preface: str = "") -> str:
     lines = ["# Results", ""]
     if preface:
         lines += [preface.strip(), ""]
-    lines += [f"Reproduce (from the repository root, data in `{SHARED_DATA}`):", "", "```bash"]
+    lines += ["Reproduce (from the repository root, `FASTRAG_DATA` naming the data folder):", "", "```bash"]
     lines += [*commands, "```", ""]
     for folder, title, required in REPORTS:
         path = runs / folder / "report.md"

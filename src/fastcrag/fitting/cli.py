@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fastcrag.config.settings import SHARED_DATA, Settings
+from fastcrag.config.settings import Settings
 
 
 def _fit(args: argparse.Namespace) -> int:
@@ -13,7 +13,8 @@ def _fit(args: argparse.Namespace) -> int:
     from fastcrag.fitting.fit import FitOptions, fit
     from fastcrag.fitting.measure import MIN_RECALL
 
-    data_root = Path(args.data_root) if args.data_root else SHARED_DATA
+    if args.train and not args.data_root:
+        print("fit: no --data-root given: fine-tuning replays no training mix (the user's pairs alone)", flush=True)
     opts = FitOptions(
         questions=Path(args.questions) if args.questions else None,
         out=Path(args.out),
@@ -27,7 +28,7 @@ def _fit(args: argparse.Namespace) -> int:
         min_recall=MIN_RECALL if args.min_recall is None else args.min_recall,
         seed=args.seed,
         install=args.install,
-        data_root=data_root if data_root.is_dir() else None,
+        data_root=Path(args.data_root) if args.data_root else None,
         progress=not args.quiet,
         generate=args.generate,
         llm=args.llm or "",
@@ -100,7 +101,11 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     f.add_argument("--held-out", type=float, default=0.3, help="share of questions held out (by source; 0.3)")
     f.add_argument("--seed", type=int, default=13)
     f.add_argument("--install", action="store_true", help="store the fit with the index (FAISS folder)")
-    f.add_argument("--data-root", help=f"the packaged training mix, replayed while fine-tuning ({SHARED_DATA})")
+    f.add_argument(
+        "--data-root",
+        help="with --train: the folder holding the packaged grader's training mix (train/ and scifact/), a sample of "
+        "which is replayed while fine-tuning so the grader does not forget (default: none, no replay)",
+    )
     f.add_argument(
         "--replay-exclude",
         nargs="+",

@@ -14,7 +14,6 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from fastcrag.config.settings import SHARED_DATA
 from fastcrag.fileio import write_json_atomic
 from fastcrag.fitting.mix import (
     PERMISSIVE_FOLDERS,
@@ -217,8 +216,8 @@ def fine_tune(
         replay: Replay pairs of the packaged mix; default as many as the user's pairs; 0 for none.
         replay_exclude: Source families of the packaged mix left out of the replay (see `replay_sample`).
         seed: Seed of the replay sample, the batch order and torch.
-        data_root: The shared data folder of the packaged mix; default `SHARED_DATA` when it exists. Without
-            it there is no replay (said in the result's notes).
+        data_root: The folder holding the packaged mix (`train/` and `scifact/`). Without it, or when it lacks
+            the mix, there is no replay (said in the result's notes).
         progress: Show a progress bar.
         batch_size: Pairs per step.
         lr: Peak learning rate (the base is already trained: lower than a first training's).
@@ -265,9 +264,11 @@ def fine_tune(
 
     # --- the pool: the user's pairs, then the replay
     n_replay = len(pairs) if replay is None else max(0, int(replay))
-    root = data_root if data_root is not None else SHARED_DATA
-    if n_replay and _missing_permissive(root):
-        notes.append(f"no replay: the packaged training mix is not under {root.resolve()}")
+    if n_replay and data_root is None:
+        notes.append("no replay: no training mix given (--data-root)")
+        n_replay = 0
+    elif n_replay and data_root is not None and _missing_permissive(data_root):
+        notes.append(f"no replay: the packaged training mix is not under {data_root.resolve()}")
         n_replay = 0
     settings = {
         "base": base_name,
@@ -291,7 +292,11 @@ def fine_tune(
     if replay_path.is_file():
         mixed = read_pairs(replay_path)
     else:
-        mixed = replay_sample(root, n_replay, seed, exclude=replay_exclude) if n_replay else []
+        mixed = (
+            replay_sample(data_root, n_replay, seed, exclude=replay_exclude)
+            if data_root is not None and n_replay
+            else []
+        )
         write_pairs(replay_path, mixed)
     if len(mixed) < n_replay:
         notes.append(f"the packaged mix gave {len(mixed)} replay pairs of the {n_replay} asked for")
@@ -314,7 +319,7 @@ def fine_tune(
     cfg = TrainConfig(
         output_dir=str(out),
         base_model=str(weights),
-        data_root=str(root) if mixed else "",
+        data_root=str(data_root) if data_root is not None and mixed else "",
         seed=seed,
         epochs=max(1, max_epochs),
         batch_size=batch_size,

@@ -17,7 +17,7 @@ from typing import Any
 from fastcrag.datasets import read_qrels, read_queries
 from fastcrag.retrieval.text import split_sentences  # the refine node's strips: train on what it scores
 
-#: Folders of `shared/data/train` whose licences allow shipping weights trained on them.
+#: Folders of the data folder's `train/` (`--data-root`) whose licences allow shipping weights trained on them.
 PERMISSIVE_FOLDERS = ("squad11-train", "squad2-train-first10", "selqa", "medquad", "covidqa", "pubmedqa")
 #: WikiQA-style groups that overlap the evaluation articles; dropped wherever a title matches.
 EXCLUDED_TITLES = frozenset({"Jacksonville, Florida", "Packet switching", "Packet_switching"})
