@@ -498,16 +498,31 @@ def test_a_second_question_on_a_thread_carries_nothing_of_the_first() -> None:
 def test_intake_sets_every_per_question_field_afresh() -> None:
     from fastcrag.components import Components
     from fastcrag.graph import intake
-    from fastcrag.graph.state import InputState, OutputState, State
+    from fastcrag.graph.state import PER_QUESTION, InputState, OutputState, PerQuestion, State
 
     parts = Components(Settings(), ListRetriever(docs=[]), ScriptedReranker({}), FakeChat(), CALIBRATION)
     stale: State = {"question": "  Where is it?  ", "band": "CORRECT", "rewrites": 1, "timings": {"crag_ms": 9.0}}
     start = intake.start(stale, parts, None)
-    per_question = State.__required_keys__ | State.__optional_keys__
-    outside = (InputState.__optional_keys__ | OutputState.__optional_keys__) - {"question"}
-    assert set(start) == per_question - outside
+    per_question = PerQuestion.__required_keys__ | PerQuestion.__optional_keys__
+    everything = State.__required_keys__ | State.__optional_keys__
+    outside = InputState.__optional_keys__ | OutputState.__optional_keys__
+    assert everything - outside == per_question, "a field of State outside the input and output is per-question"
+    assert set(start) == per_question | {"question"}
+    assert {k: v for k, v in start.items() if k not in ("question", "query")} == {
+        k: v for k, v in PER_QUESTION.items() if k != "query"
+    }
     assert start["question"] == start["query"] == "Where is it?"
     assert start["band"] is None and start["rewrites"] == 0 and start["timings"] == {} and start["failure"] is None
+
+
+def test_every_per_question_field_has_its_default_in_containers_of_its_own() -> None:
+    from fastcrag.graph.state import PER_QUESTION, PerQuestion, fresh_question
+
+    declared = PerQuestion.__required_keys__ | PerQuestion.__optional_keys__
+    assert set(PER_QUESTION) == declared, f"without a default: {declared - set(PER_QUESTION)}"
+    first, second = fresh_question(), fresh_question()
+    assert first == second == PER_QUESTION
+    assert all(first[k] is not second[k] for k in declared if isinstance(first[k], (list, dict)))
 
 
 def test_prompt_delimits_passages_against_injection() -> None:

@@ -8,18 +8,18 @@ no retrieval is pending (`query` is None).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.messages import AnyMessage
 
 from fastcrag.components import Components
 from fastcrag.config.settings import RunConfig
-from fastcrag.graph.state import State
+from fastcrag.graph.state import State, fresh_question
 from fastcrag.retrieval.text import clean_text
 
 
 def start(state: State, parts: Components, context: Any) -> State:
-    """The update that starts a new question: every per-question field afresh, and the question to search.
+    """The update that starts a new question: every per-question field afresh (`PerQuestion`), and the question.
 
     An unusable question (empty, too long) or settings that cannot be resolved leave a `failure`, which routes to
     abstain; the per-question fields are fresh either way, so the abstention's trace is this question's.
@@ -29,28 +29,7 @@ def start(state: State, parts: Components, context: Any) -> State:
         parts: The components (the chat model makes a chat turn standalone).
         context: The run's context (`max_question_chars` comes from it).
     """
-    fresh: State = {
-        "query": None,
-        "rewrites": 0,
-        "rewritten_query": None,
-        "rewriter": None,
-        "retrieval": None,
-        "candidates": [],
-        "band": None,
-        "top_score": None,
-        "verdicts": [],
-        "context": [],
-        "strips_kept": None,
-        "action": None,
-        "conversation": None,
-        "failure": None,
-        "timings": {},
-        "sentences": [],
-        "ahead": None,
-        "pending": None,
-        "found": [],
-        "flare": [],
-    }
+    fresh = cast(State, fresh_question())  # a part of State's fields, every one optional
     try:
         cfg = parts.run_config(context)
     except Exception as exc:  # the reason travels in the trace; abstain needs no settings to answer

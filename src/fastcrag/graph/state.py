@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Annotated, Literal, NotRequired
 
 from langchain_core.messages import AnyMessage
@@ -208,11 +209,12 @@ class OutputState(TypedDict, total=False):
     """The decision trace."""
 
 
-class State(InputState, OutputState, total=False):
-    """Everything the nodes share; each node returns a partial update of it.
+class PerQuestion(TypedDict, total=False):
+    """The fields of one question, each set to its `PER_QUESTION` default when a new question arrives.
 
-    A thread keeps its state between questions: intake (`fastcrag.graph.intake`) sets every per-question field
-    below afresh when a new question arrives.
+    A thread keeps its state between questions: intake (`fastcrag.graph.intake`) starts each question from
+    `fresh_question()`. A field added here needs its default in `PER_QUESTION` (a unit test holds the two to the
+    same keys).
     """
 
     query: str | None
@@ -259,3 +261,40 @@ class State(InputState, OutputState, total=False):
     """FLARE: what the current active retrieval found, graded, best first."""
     flare: list[ActiveRetrieval]
     """FLARE: the active retrievals so far (their number is capped by `FASTRAG_FLARE_MAX_RETRIEVALS`)."""
+
+
+PER_QUESTION: PerQuestion = {
+    "query": None,
+    "rewrites": 0,
+    "rewritten_query": None,
+    "rewriter": None,
+    "retrieval": None,
+    "candidates": [],
+    "band": None,
+    "top_score": None,
+    "verdicts": [],
+    "context": [],
+    "strips_kept": None,
+    "action": None,
+    "conversation": None,
+    "failure": None,
+    "timings": {},
+    "sentences": [],
+    "ahead": None,
+    "pending": None,
+    "found": [],
+    "flare": [],
+}
+"""Each per-question field's value before the question's first step (`fresh_question` hands out a copy)."""
+
+
+def fresh_question() -> PerQuestion:
+    """Every per-question field at its default, in containers of its own (never shared between questions)."""
+    return copy.deepcopy(PER_QUESTION)
+
+
+class State(InputState, OutputState, PerQuestion, total=False):
+    """Everything the nodes share; each node returns a partial update of it.
+
+    The caller's input and the output it gets back, and the fields of the current question (`PerQuestion`).
+    """
