@@ -127,7 +127,7 @@ def calibrate(
     # condition_factor: every answerable question of the corpus that names a condition, against the sample. The
     # thresholds stay drawn on scores without the check (unlike `fit`'s): drawn with it, the reader's floor (the
     # highest with precision >= 0.9 among the questions passing grading, a flat curve here) went 0.026 -> 0.567 and
-    # declined the README's own question (docs/RESULTS.md, "Conditions the question names").
+    # declined the README's own question (lab/RESULTS.md, "Conditions the question names").
     naming = [q for q in pool["answerable"] if named_conditions(q.question) and q not in chosen]
     retrieved = {q.question: store.similarity_search(q.question, k=top_k) for q in [*chosen, *naming]}
     obs = observe(retrieved, reranker, chosen, refine_k)

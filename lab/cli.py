@@ -1,7 +1,7 @@
 """The lab's command line (`python -m lab COMMAND`, from the repository root): calibration, benchmarks, training.
 
 The installed package is what a user runs (`fastcrag index|ask|fit|eval|serve`); these commands rebuild and measure
-what it ships: the packaged calibration, the grader and embedder, and the benchmarks behind docs/RESULTS.md.
+what it ships: the packaged calibration, the grader and embedder, and the benchmarks behind lab/RESULTS.md.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@
 # django: Django 3.2's HTML documentation, package python-django-doc 3:3.2.25-0+deb12u3 (BSD-3-Clause): its reference,
 # topic guides, how-tos, FAQ, tutorials and glossary (233 pages; not the release notes nor the source listings).
 # Neither postgresql nor django is evaluated on: the packaged grader's documentation pairs are made from PostgreSQL's
-# (`python -m lab.scripts.docs_pairs`, lab/scripts/train_grader_v4.sh); Django's were tried too (docs/RESULTS.md).
+# (`python -m lab.scripts.docs_pairs`, lab/scripts/train_grader_v4.sh); Django's were tried too (lab/RESULTS.md).
 # apache, typer and eigen are held-out corpora, each from a documentation generator the others do not use; their
 # question sets (tests/data/docs_heldout_<corpus>.jsonl, 30 questions each) name pages relative to DIR:
 # apache: the Apache HTTP Server 2.4 manual in English, package apache2-doc 2.4.68-1~deb12u1 (Apache-2.0), pages built

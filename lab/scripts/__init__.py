@@ -1,1 +1,1 @@
-"""One-off measurement scripts of the lab (`python -m lab.scripts.NAME`), figures in docs/RESULTS.md."""
+"""One-off measurement scripts of the lab (`python -m lab.scripts.NAME`), figures in lab/RESULTS.md."""

@@ -1,4 +1,4 @@
-"""Whether a chunker change moves the evaluation corpora's chunks (docs/RESULTS.md, "Answers from documentation").
+"""Whether a chunker change moves the evaluation corpora's chunks (lab/RESULTS.md, "Answers from documentation").
 
 Chunks SciFact's corpus and SQuAD's paragraphs with the chunker (`fastcrag.retrieval.blocks`) as it stands at
 `--against` (a git commit) and as it stands now, and counts the documents whose chunks differ. None differing means

@@ -1,4 +1,4 @@
-"""How often the condition check would misfire on real evidence (figures in docs/RESULTS.md, "Conditions ...").
+"""How often the condition check would misfire on real evidence (figures in lab/RESULTS.md, "Conditions ...").
 
 For each answerable question that names a condition (a year, ordinal, quarter or month: `named_conditions`), whether
 its evidence states it in no form: SQuAD 2.0 dev gold paragraphs and their two-sentence gold snippets, SQuAD 1.1

@@ -1,4 +1,4 @@
-"""Where a documentation set's right page stands before the answer stage (docs/RESULTS.md, "Answers from docs").
+"""Where a documentation set's right page stands before the answer stage (lab/RESULTS.md, "Answers from docs").
 
 How often a right page is first among the top 10 by the first pass, by the grader's own order, and by the order
 fused at each `rerank_weight`. The "before" figures: `--index` an index built at the earlier commit (its chunker).

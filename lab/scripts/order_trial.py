@@ -1,4 +1,4 @@
-"""Candidate orders tried against the packaged one (docs/RESULTS.md, "Headings that never end a chunk ...").
+"""Candidate orders tried against the packaged one (lab/RESULTS.md, "Headings that never end a chunk ...").
 
 Each order ranks the graded candidates from their grades and first-pass ranks: reciprocal rank fusion at a
 `rerank_weight` (the packaged rule, `fused_order`), or a rank prior (the grade's logit minus `a` times the log of

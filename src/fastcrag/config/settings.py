@@ -14,18 +14,18 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 #: The offline chat model (SmolLM2-135M-Instruct, GGUF, through llama-cpp-python).
 SMOLLM2_LLM = "llamacpp:SmolLM2-135M-Instruct"
-#: The default generator: the one with the higher truthfulness in `fastcrag eval abstention` (docs/RESULTS.md):
+#: The default generator: the one with the higher truthfulness in `fastcrag eval abstention` (lab/RESULTS.md):
 #: extractive -0.175 vs SmolLM2-135M -0.408 on the same 120 questions.
 DEFAULT_LLM = "extractive"
-#: The default first pass: the one with the higher nDCG@10 in `fastcrag eval retrieval` (docs/RESULTS.md).
+#: The default first pass: the one with the higher nDCG@10 in `fastcrag eval retrieval` (lab/RESULTS.md).
 RetrievalMode = Literal["hybrid", "dense", "lexical"]
 DEFAULT_RETRIEVAL: RetrievalMode = "hybrid"
 #: pgvector HNSW: graph degree and build breadth (pgvector's own defaults), the most `maintenance_work_mem` an index
 #: build takes (past it the build goes to disk), and the search breadth `FASTRAG_EF_SEARCH` defaults to.
 #: `python -m lab bench-store` at 100k MiniLM-shaped vectors measured recall@10 0.87 at ef_search 40 (pgvector's
-#: default), 0.95 at 100 and 0.98 at 200; at 1M, 0.84 at 100 and 0.95 at 400 (docs/RESULTS.md, docs/DEPLOY.md).
+#: default), 0.95 at 100 and 0.98 at 200; at 1M, 0.84 at 100 and 0.95 at 400 (lab/RESULTS.md, docs/DEPLOY.md).
 #: Candidates graded per question, and the band-preserving early exit's batch: the fastest first pass that keeps the
-#: quality, by `python -m lab bench-speed` and `fastcrag eval` (docs/RESULTS.md, "The levers against stored quality").
+#: quality, by `python -m lab bench-speed` and `fastcrag eval` (lab/RESULTS.md, "The levers against stored quality").
 #: With the int8 embedder and the grader-reader v3, top_k 10 holds top_k 15's truthfulness (-0.058) and precision at
 #: a retrieval P50 of 142 vs 212 ms (SciFact nDCG@10 0.658 vs 0.640). The int8 embedder at top_k 15 with the early
 #: exit in batches of 10, against the fp32 embedder grading all of top_k 20: 128 vs 194 ms, truthfulness -0.150 vs

@@ -71,7 +71,7 @@ def _draw_label_free(
 
     A grader that reads keeps the packaged `reader_threshold`: a pseudo-question's answer span stands in its own
     words, so the reader finds it far more surely than a real question's, and a floor drawn on those spans declines
-    nothing (docs/RESULTS.md, "Fit without labels").
+    nothing (lab/RESULTS.md, "Fit without labels").
     """
     how = (
         f"their grades lowered by {-shift:g} logits first (the packaged calibration's pseudo_shift: cloze questions "

@@ -38,7 +38,7 @@ from fastcrag.retrieval.text import body_sentences, normalise, split_sentences, 
 
 KINDS = ("cloze", "ict")
 DEFAULT_KINDS = ("cloze",)
-"""The kinds a fit makes unless told otherwise: chosen by measurement (docs/RESULTS.md, "Fit without labels")."""
+"""The kinds a fit makes unless told otherwise: chosen by measurement (lab/RESULTS.md, "Fit without labels")."""
 MIN_WORDS, MAX_WORDS = 8, 45
 """A sentence asked about has this many words: shorter ones hold too little, longer ones are run-together text."""
 WINDOW = 10
