@@ -171,9 +171,9 @@ def _keep_main_content(soup: Any, kept: set[tuple[str, ...]]) -> None:
         if child is None:
             break
         main = child
-    sectioning = [*_HEADING_TAGS[1:], "dt"]  # a section heading or term the extractor left outside is content too
-    while main is not soup and len(main.find_all(sectioning)) < len(soup.find_all(sectioning)):
-        main = main.parent
+    listing = main.find_parents(["dl", "ul", "ol", "table"])
+    if listing:  # content inside a list or table (a definition without its term): the element around the list is
+        main = listing[-1].parent
     if main is soup or grams.get(id(main), 0) < MAIN_TEXT_SHARE * grams.get(id(soup), 0):
         return  # (the extractor kept a part of the content only: the whole page is read rather than lose the rest)
     title = soup.find("h1")  # the page's title, kept where the main content has none of its own
