@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import logging
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,25 +56,136 @@ SIGNATURE_PARAMETERS = 40
 _FURNITURE_TAGS = frozenset(
     {"head", "script", "style", "noscript", "template", "nav", "header", "footer", "aside", "form", "button"}
 )
+_DRAWING_TAGS = frozenset({"svg", "map", "area", "object", "canvas", "embed"})
+"""Drawings whose text is no prose: a syntax diagram's or chart's labels (SVG, canvas, plug-ins), image maps."""
 _FURNITURE_ROLES = frozenset({"navigation", "search", "banner", "contentinfo", "complementary"})
 """ARIA landmark roles of page furniture: the roles of `nav`, a search form, `header`, `footer` and `aside` (Sphinx's
 related links and sidebar)."""
-_FURNITURE_CLASSES = frozenset({"navheader", "navfooter", "nav-panel", "topNav", "subNav", "bottomNav"})
-"""Classes documentation generators give their page navigation: DocBook XSL's, Texinfo's, Javadoc's."""
+_PAGING_RELS = ["next", "prev", "previous", "up"]
+PANEL_WORDS = 40
+"""Words of a block holding a link to the next, previous or parent page (`rel`) up to which it is a paging panel."""
 _LEVEL = "data-heading-level"
 """Marks a definition list with the heading level its terms were given (a nested list's terms go a level below)."""
 _BLOCK_TAGS = ["p", "div", "li", "dd", "dt", "blockquote", "section", "article", "main", "br", "tr", "ul", "ol", "dl"]
+MAIN_SHARE = 0.95
+"""Share of the words the extractor kept that the main-content element must hold: the smallest such element is it."""
+MAIN_TEXT_SHARE = 0.5
+"""Share of the page's text (after its furniture) the main-content element must hold to be taken for the page."""
+_WORD = re.compile(r"\w+")
 
 
 def _html(path: Path) -> str:
     """An HTML page as text that keeps its structure: `#` headings, pipe tables, fenced code, paragraphs."""
+    return html_text(_read_text(path))
+
+
+def html_text(html: str, *, main_content: bool = True) -> str:
+    """An HTML page's main content as structured text; the whole page less its furniture where none is found.
+
+    A boilerplate extractor (trafilatura) says which words are the page's content; the smallest element that holds
+    nearly all of them is the main content: banners, navigation bars, sidebars and footers around it go. It is
+    converted here, whole (the extractor's own text loses structure and, at times, a paragraph), so headings,
+    tables, code and definition lists keep their structure. The page's title heading (its first `h1`) stays even
+    where the main content starts below it. Drawings' text (SVG, image maps) and paging panels go everywhere.
+    """
     from bs4 import BeautifulSoup  # heavy (about 0.1 s): loaded only when an HTML file is read
 
-    soup = BeautifulSoup(_read_text(path), "html.parser")
-    # page furniture is not content: navigation, headers and footers, sidebars, forms
-    for tag in soup.find_all(_furniture):
-        if not tag.decomposed:  # (not inside furniture already gone)
+    soup = BeautifulSoup(html, "lxml")  # lxml: as fast as the extractor's parser, and closes `p` as browsers do
+    _drop(soup, _furniture)
+    for link in soup.find_all("a", rel=_PAGING_RELS):  # a "Next: / Previous: / Up:" panel, wherever the page puts it
+        panel = link.find_parent(["p", "div", "table", "ul", "td"])
+        if panel is not None and not panel.decomposed and len(panel.get_text(" ").split()) <= PANEL_WORDS:
+            panel.decompose()
+    if main_content:
+        kept = _extracted_trigrams(html)
+        if kept:
+            _keep_main_content(soup, kept)
+    return _structured_text(soup)
+
+
+def _drop(soup: Any, predicate: Any) -> None:
+    """Remove every element the predicate picks (and what it holds)."""
+    for tag in soup.find_all(predicate):
+        if not tag.decomposed:  # (not inside an element gone already)
             tag.decompose()
+
+
+def _furniture(tag: Any) -> bool:
+    """Whether an element is page furniture or a drawing: by its tag or its ARIA landmark role."""
+    return tag.name in _FURNITURE_TAGS or tag.name in _DRAWING_TAGS or tag.get("role") in _FURNITURE_ROLES
+
+
+def _trigrams(text: str) -> list[tuple[str, ...]]:
+    words = _WORD.findall(text.casefold())
+    return [tuple(words[i : i + 3]) for i in range(len(words) - 2)]
+
+
+def _extracted_trigrams(html: str) -> set[tuple[str, ...]]:
+    """The word trigrams of the text trafilatura extracts as the page's content; empty where it finds none or fails."""
+    try:
+        import trafilatura  # heavy (about 0.3 s): loaded only when an HTML file is read
+
+        text = trafilatura.extract(
+            html,
+            output_format="txt",
+            include_tables=True,
+            include_comments=False,
+            include_images=False,
+            include_links=False,
+            deduplicate=False,
+            favor_recall=True,
+        )
+    except Exception as exc:  # an extractor's failure must not lose the page: the whole page is read instead
+        log.debug("main-content extraction failed (%s: %s); the whole page is read", type(exc).__name__, exc)
+        return set()
+    return set(_trigrams(text or ""))
+
+
+def _keep_main_content(soup: Any, kept: set[tuple[str, ...]]) -> None:
+    """Reduce the page to its main content: the smallest element holding nearly all the extracted words.
+
+    Each text's trigrams the extractor kept count for every element above it.
+    """
+    from bs4.element import NavigableString
+
+    hits: dict[int, int] = {}  # per element (by id): its text's trigrams the extractor kept
+    grams: dict[int, int] = {}  # per element: its text's trigrams
+    for string in soup.find_all(string=True):
+        if type(string) is not NavigableString:  # comments, doctype
+            continue
+        own = _trigrams(str(string))
+        if not own:
+            continue
+        hit = sum(g in kept for g in own)
+        for parent in string.parents:
+            hits[id(parent)] = hits.get(id(parent), 0) + hit
+            grams[id(parent)] = grams.get(id(parent), 0) + len(own)
+    total = hits.get(id(soup), 0)
+    if not total:  # none of the extracted words are in the page's text: read the whole page
+        return
+    main = soup
+    while True:
+        child = next(
+            (c for c in main.find_all(True, recursive=False) if hits.get(id(c), 0) >= MAIN_SHARE * total), None
+        )
+        if child is None:
+            break
+        main = child
+    listing = main.find_parents(["dl", "ul", "ol", "table"])
+    if listing:  # content inside a list or table (a definition without its term): the element around the list is
+        main = listing[-1].parent
+    if main is soup or grams.get(id(main), 0) < MAIN_TEXT_SHARE * grams.get(id(soup), 0):
+        return  # (the extractor kept a part of the content only: the whole page is read rather than lose the rest)
+    title = soup.find("h1")  # the page's title, kept where the main content has none of its own
+    if title is not None and main.find("h1") is None and not any(p is main for p in title.parents):
+        main.insert(0, title.extract())
+    main.extract()
+    soup.clear()
+    soup.append(main)
+
+
+def _structured_text(soup: Any) -> str:
+    """A page's elements as text: `#` headings, pipe tables, fenced code, definition terms as headings, paragraphs."""
     for pre in soup("pre"):
         pre.replace_with(f"\n\n```\n{pre.get_text().strip(chr(10))}\n```\n\n")
     for table in soup("table"):
@@ -107,15 +219,6 @@ def _html(path: Path) -> str:
             _opening_block(tag).insert(0, "* ")
         tag.insert_after("\n\n" if tag.name != "br" else "\n")
     return str(soup.get_text(""))
-
-
-def _furniture(tag: Any) -> bool:
-    """Whether an element is page furniture: by its tag, its ARIA role, or a documentation generator's class."""
-    return (
-        tag.name in _FURNITURE_TAGS
-        or tag.get("role") in _FURNITURE_ROLES
-        or bool(_FURNITURE_CLASSES.intersection(tag.get("class") or ()))
-    )
 
 
 def _opening_block(item: Any) -> Any:
