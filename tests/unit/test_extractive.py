@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fastcrag.generation.generators import (
+from fastcrag.generation.extractive import (
     EXPLAIN_SENTENCES,
     EXPLAIN_WORDS,
     ExtractiveGenerator,
