@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 from collections.abc import Collection, Mapping, Sequence
@@ -266,14 +267,25 @@ class ExtractiveGenerator:
             ranked.pop(0)
         if not ranked:
             return None
-        following = {c.order: c.text for c in candidates}
+        in_order = sorted(candidates, key=lambda c: c.order)
+        after = {c.order: n.text for c, n in itertools.pairwise(in_order)}
+        rests = set()
+        for c, _ in ranked:
+            rest = after.get(c.order, "")
+            if unfinished(c.text) and rest and _CUT_REST.match(rest):
+                rests.add(rest)
+        ranked = [r for r in ranked if r[0].text not in rests]
         texts = []
         for k, (c, text) in enumerate(ranked):
-            rest = following.get((c.order[0], c.order[1] + 1), "")
-            if unfinished(text) and rest and _CUT_REST.match(rest):  # a cut sentence's rest: no space after `(`
+            rest = after.get(c.order, "")
+            if rest in rests:  # a sentence the chunker cut: its rest, with no space after an opening mark
                 text += ("" if text.endswith(("(", "[", '"', "'")) or not rest[0].isalpha() else " ") + rest
-            shown_next = k + 1 < len(ranked) and ranked[k + 1][0].order == (c.order[0], c.order[1] + 1)
-            texts.append(f"{text[:-1]}." if text.endswith(":") and not shown_next else text)
+            shown_next = k + 1 < len(ranked) and after.get(c.order) == ranked[k + 1][0].text
+            if text.endswith(":") and not shown_next:
+                text = f"{text[:-1]}."  # it introduces what the answer does not show
+            elif k + 1 < len(ranked) and text.rstrip(_CLOSERS)[-1:] not in tuple(".!?:;"):
+                text += "."  # a line that ends unpunctuated (a manual page's summary) before another
+            texts.append(text)
         read: list[dict[str, Any]] = []
         used: list[int] = []
         for c, _ in ranked:
@@ -309,8 +321,9 @@ class ExtractiveGenerator:
     def _opening(self, chunk: str, title: str, page: bool) -> list[tuple[str, str, Document, tuple[int, int]]]:
         """The sentences of section `title` (or `page`) and its sub-sections in its first chunks holding prose.
 
-        Read from where it opens (`section_opening`; a page at its first chunk), at most `PAGE_START` chunks holding
-        prose among `SECTION_REACH`, before chunk `chunk`: a synopsis of code alone is passed over.
+        Read from where it opens (`section_opening`; a page at its first chunk) up to chunk `chunk`, at most
+        `PAGE_START` chunks holding prose among `SECTION_REACH`: a synopsis of code alone is passed over. None where
+        it opens in chunk `chunk` (its reading is the section's).
         """
         number = chunk_number(chunk) or 0
         opened = 0 if page else section_opening(self._fetch, chunk, title)
@@ -318,7 +331,7 @@ class ExtractiveGenerator:
             return []
         found: list[tuple[str, str, Document, tuple[int, int]]] = []
         prose_chunks = 0
-        for _, doc in numbered_chunks(self._fetch, chunk, lambda n: range(opened, min(n, opened + SECTION_REACH))):
+        for _, doc in numbered_chunks(self._fetch, chunk, lambda n: range(opened, min(n + 1, opened + SECTION_REACH))):
             sentences = [
                 f
                 for f in (_sentences_of(doc) if doc is not None else [])
