@@ -471,3 +471,13 @@ def test_a_sentence_of_the_section_read_back_by_id_is_graded_and_cited() -> None
     )
     assert [r["chunk_id"] for r in answer.read] == ["frob-4", "frob-5"] and answer.used == [1, 2, 0]
     assert answer.read[1]["score"] == 0.8
+
+
+def test_a_section_of_one_line_is_read_with_the_rest_of_its_chunk() -> None:
+    grader = ScriptedReranker({"Turn widgets": 0.9, "each widget": 0.5, "log": 0.1})
+    passages = [{"chunk_id": "frob-0", "text": OPENING[1], "source": "frob.1.html", "score": 0.9}]
+    gen = ExtractiveGenerator(grader, chunks=_store(OPENING))  # type: ignore[arg-type]
+    answer = gen.generate("How do I turn widgets into gadgets?", passages)
+    assert answer.text == (
+        "frob - Turn widgets into gadgets at once. Frob turns each widget it is given into a gadget. It keeps a log."
+    )

@@ -112,7 +112,7 @@ class Strip(NamedTuple):
 
     score: float
     text: str
-    index: int
+    passage: int
     position: int
 
 
@@ -194,29 +194,30 @@ class ExtractiveGenerator:
             return self._explain(question, strips, passages)
         best = max(strips)
         if _reads_as_prose(best.text):
-            return Answer(best.text, [best.index])
-        found = first_prose(passages, _reading_order(passages, best.index))
-        return Answer(found[0], [found[1]]) if found else Answer(best.text, [best.index])
+            return Answer(best.text, [best.passage])
+        found = first_prose(passages, _reading_order(passages, best.passage))
+        return Answer(found[0], [found[1]]) if found else Answer(best.text, [best.passage])
 
     def _explain(self, question: str, strips: list[Strip], passages: Sequence[Mapping[str, Any]]) -> Answer:
         """A section's lead, then the sentences of it the grader grades highest, in reading order.
 
         The answer is read in the best-ranked chunk whose best sentence is prose (`_anchor`; an entry the question
         names first), in the section its best sentence stands in: that section's sentences there, and those it holds
-        in the chunks before (back to where it opened) and the one after. Its lead is its first sentence that may
-        open an answer, where the section's opening was read. The page's opening (its first `PAGE_START` chunks
+        in the chunks before (back to where it opened) and the one after; a section of one line (a manual page's
+        summary) is read with the rest of its chunk and the next. Its lead is its first sentence that may open an
+        answer, where the section's opening was read. The page's opening (its first `PAGE_START` chunks
         holding prose) answers instead where the grader grades its lead above the section's (its best sentence,
         without a lead): "What does git revert do?" from the page's summary, not from the option that ranked best.
         """
         entries = _entries_named(question, passages)
         anchor = _anchor(passages, strips, entries)
-        anchored = [t for t in strips if t.index in anchor]
-        best = max([t for t in anchored if (t.index, t.position) in entries] or anchored or strips)
+        anchored = [t for t in strips if t.passage in anchor]
+        best = max([t for t in anchored if (t.passage, t.position) in entries] or anchored or strips)
         chunk, held, text = self._held(passages, best)
         number = chunk_number(chunk) or 0
         order = {s: k for k, (_, s) in enumerate(sectioned(text))}
         own = [
-            Candidate(t.score, t.text, _title(passages[t.index], t), t.index, (number, order.get(t.text, t.position)))
+            Candidate(t.score, t.text, _title(passages[t.passage], t), t.passage, (number, order.get(t.text, t.position)))
             for t in anchored
             if held is None or t.text in held.sentences
         ]
@@ -224,8 +225,11 @@ class ExtractiveGenerator:
         if held is not None and chunk:
             before = section_before(self._fetch, chunk, held.title) if not held.opens else []
             onward = section_onward(self._fetch, chunk, held.title, reach=1)
-            doc = Document(text, id=chunk, metadata={"source": passages[best.index].get("source", "")})
+            doc = Document(text, id=chunk, metadata={"source": passages[best.passage].get("source", "")})
             found = [f for d in [*before, doc, *onward[1:]] for f in _sentences_of(d) if f[0] == held.title]
+            if sum(prose(f[1]) is not None for f in found) < 2:  # a section of one line: its chunk and the next
+                near = numbered_chunks(self._fetch, chunk, lambda n: range(n + 1, n + 2))
+                found = [f for d in [doc, *(d for _, d in near if d is not None)] for f in _sentences_of(d)]
             own += self._graded(question, found, passages, own)
             lead = _lead(own) if held.opens or before else None
             headings = held.title.split(TITLE_JOINER)
@@ -239,7 +243,7 @@ class ExtractiveGenerator:
         if answer is not None:
             return answer
         best = max(strips)  # no prose anywhere: the best sentence as it stands
-        return Answer(best.text, [best.index])
+        return Answer(best.text, [best.passage])
 
     def _chosen(
         self, candidates: Sequence[Candidate], passages: Sequence[Mapping[str, Any]], lead: Candidate | None = None
@@ -346,7 +350,7 @@ class ExtractiveGenerator:
 
     def _held(self, passages: Sequence[Mapping[str, Any]], best: Strip) -> tuple[str, Part | None, str]:
         """The best sentence's chunk id, the section part of that chunk it stands in (None: none), the chunk's text."""
-        passage = passages[best.index]
+        passage = passages[best.passage]
         chunk = str(passage.get("chunk_id") or "")
         text = str(passage.get("text") or "")
         if passage.get("strip"):
@@ -570,9 +574,9 @@ def _anchor(
     chunks: dict[object, set[int]] = {}
     for i, p in enumerate(passages):
         chunks.setdefault(p.get("chunk_id") if p.get("chunk_id") is not None else f"#{i}", set()).add(i)
-    for pool in ([t for t in strips if (t.index, t.position) in entries], strips):
+    for pool in ([t for t in strips if (t.passage, t.position) in entries], strips):
         for indices in chunks.values():
-            mine = [t for t in pool if t.index in indices]
+            mine = [t for t in pool if t.passage in indices]
             if mine and prose(without_label(max(mine).text)) is not None:
                 return indices
     return next(iter(chunks.values()), {0})
