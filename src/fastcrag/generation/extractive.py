@@ -217,7 +217,9 @@ class ExtractiveGenerator:
         number = chunk_number(chunk) or 0
         order = {s: k for k, (_, s) in enumerate(sectioned(text))}
         own = [
-            Candidate(t.score, t.text, _title(passages[t.passage], t), t.passage, (number, order.get(t.text, t.position)))
+            Candidate(
+                t.score, t.text, _title(passages[t.passage], t), t.passage, (number, order.get(t.text, t.position))
+            )
             for t in anchored
             if held is None or t.text in held.sentences
         ]
