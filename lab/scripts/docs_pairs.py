@@ -48,11 +48,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fastcrag.fileio import write_text_atomic
-from fastcrag.generation.generators import _lead
+from fastcrag.generation.extractive import is_reference_line
 from fastcrag.retrieval.blocks import sections
 from fastcrag.retrieval.loaders import load_documents
 from fastcrag.retrieval.structure import prose
-from fastcrag.retrieval.text import TITLE_JOINER, split_sentences, titled
+from fastcrag.retrieval.text import TITLE_JOINER, split_sentences, titled, unfinished
 
 SIDE_LABEL = 0.3
 """A later sentence of the right section: on topic, but not what the question asks first (below any lead)."""
@@ -115,6 +115,49 @@ class Topic:
     side: tuple[str, ...]
     fragments: tuple[str, ...]
     body: str = ""
+
+
+_LEAD_SENTENCES, _LEAD_WORDS, _LEAD_MIN_WORDS = 2, 90, 3
+_LEAD_IN = re.compile(r"^(\S+\s+){0,3}\S+:$")
+_LIST_ITEM = re.compile(r"^(?:[*\u2022-]|\d{1,2}[.)]|\([a-z0-9]\))\s")
+_RESTRICTS = re.compile(
+    r"\b(?:may|can)\s+only\s+(?:occur|appear|be\s+(?:used|given|specified|called|combined))\b"
+    r"|\bis\s+only\s+(?:allowed|valid|permitted|meaningful)\b",
+    re.IGNORECASE,
+)
+_CUT_REST = re.compile(r"[a-z)\]\"'\u201d\u2019,.;:]")
+
+
+def _lead(sentences: Sequence[str]) -> list[tuple[str, str]]:
+    """A section's lead as the v4 pairs were made from it: its first two prose sentences, as (prose, source).
+
+    No code, row, note, reference line, list item or lead-in; no rule of where the subject may stand; a sentence the
+    chunker cut is read whole; a colon that introduces no prose line becomes a full stop.
+    """
+    whole: list[tuple[str, str]] = []
+    for sentence in sentences:
+        if whole and unfinished(whole[-1][0]) and _CUT_REST.match(sentence):
+            cut, start = whole[-1]
+            joiner = "" if cut.endswith(("(", "[", '"', "'")) or not sentence[0].isalpha() else " "
+            whole[-1] = (f"{cut}{joiner}{sentence}", start)
+        else:
+            whole.append((sentence, sentence))
+    lead: list[tuple[str, str]] = []
+    for (sentence, source), (following, _) in zip(whole, [*whole[1:], ("", "")], strict=False):
+        text = prose(sentence) if not is_reference_line(sentence) else None
+        if text is None or len(text.split()) < _LEAD_MIN_WORDS or _LEAD_IN.match(text) or _LIST_ITEM.match(text):
+            continue
+        if _RESTRICTS.search(text):
+            continue
+        if lead and len(" ".join([*(t for t, _ in lead), text]).split()) > _LEAD_WORDS:
+            break
+        after = prose(following)
+        if text.endswith(":") and (after is None or _LIST_ITEM.match(after)):
+            text = f"{text[:-1]}."
+        lead.append((text, source))
+        if len(lead) == _LEAD_SENTENCES:
+            break
+    return lead
 
 
 def subject_of(heading: str) -> str:

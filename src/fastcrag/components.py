@@ -28,8 +28,9 @@ from fastcrag.config.calibration import (
 )
 from fastcrag.config.settings import Context, RunConfig, Settings, as_context, is_postgres_url, resolve
 from fastcrag.generation.chat import load_chat_model
+from fastcrag.generation.extractive import ExtractiveGenerator
 from fastcrag.generation.flare import FlareWriter, unsupported
-from fastcrag.generation.generators import ChatGenerator, ExtractiveGenerator, Generator
+from fastcrag.generation.generators import ChatGenerator, Generator
 from fastcrag.grading.reranker import Reranker, calibration_for, default_reranker_spec, load_reranker
 from fastcrag.retrieval.embeddings import default_embeddings
 from fastcrag.retrieval.hybrid import HybridRetriever, SearchableStore
@@ -144,7 +145,7 @@ class Components:
             if given == EXTRACTIVE:
                 cal = self.calibration()
                 thresholds = cal.reader_threshold, cal.refine_reader_threshold
-                return ExtractiveGenerator(self.reranker(), *thresholds, chunks=self.chunks_by_id, idf=self.word_idf)
+                return ExtractiveGenerator(self.reranker(), *thresholds, chunks=self.chunks_by_id)
             model = load_chat_model(given, self.settings.max_new_tokens, self.settings.llm_timeout_s)
             return ChatGenerator(model, self.settings.llm_timeout_s, name=given)
         if isinstance(given, BaseChatModel):
@@ -167,19 +168,6 @@ class Components:
         if not isinstance(store, VectorStore):
             raise NotImplementedError("the retriever has no store to fetch chunks from")
         return list(store.get_by_ids(ids))
-
-    def word_idf(self, word: str) -> float | None:
-        """A word's BM25 inverse document frequency in the retriever's index; None without a lexical index.
-
-        The index's weights are asked for once, on first use (as `chunks_by_id`), not at every answer: a Postgres
-        store counts its rows for them and caches each word's weight in the function it gives.
-        """
-        idf = self._once("word_idf", self._load_word_idf)
-        return idf(word) if idf is not None else None
-
-    def _load_word_idf(self) -> Callable[[str], float] | None:
-        retriever = self.retriever()
-        return retriever.idf() if isinstance(retriever, HybridRetriever) else None
 
     def flare_unsupported(self) -> str | None:
         """Why this generator cannot run FLARE mode (naming the mode and the provider), or None when it can.

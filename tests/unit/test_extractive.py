@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fastcrag.generation.generators import (
+from fastcrag.generation.extractive import (
     EXPLAIN_SENTENCES,
     EXPLAIN_WORDS,
     ExtractiveGenerator,
@@ -87,22 +87,6 @@ WITH_NOTE = (
 TABLE = "+ + + | Operation | Result | Notes | | del s[i:j] | same as s[i:j] = [] | |"
 
 
-def test_a_fragment_never_opens_an_explain_answer_the_page_lead_does() -> None:
-    grader = ScriptedReranker({"Note:": 0.99, "Thus": 0.5, "wrap": 0.4, "suite": 0.3, "This allows": 0.2})
-    passages = [
-        {"text": WITH_NOTE, "source": "pydoc:with", "chunk_id": "w-3", "score": 0.9},
-        {"text": "A context manager is an object.", "source": "pydoc:cm", "chunk_id": "c-0", "score": 0.8},
-        {"text": WITH_LEAD, "source": "pydoc:with", "chunk_id": "w-0", "score": 0.7},
-    ]
-    answer = ExtractiveGenerator(grader).generate("How does the with statement work?", passages)
-    assert fragment(answer.text) is None
-    assert answer.text.startswith('The "with" statement is used to wrap the execution')  # the heading said once
-    assert "This allows" in answer.text  # a supporting sentence of the lead's passage
-    assert 'The "with" statement guarantees' in answer.text and "Note:" not in answer.text  # the best one, unlabelled
-    assert answer.used == [2, 0]  # cited: the passages the answer reads from
-    assert answer.text.count(". ") + 1 <= EXPLAIN_SENTENCES and len(answer.text.split()) <= EXPLAIN_WORDS
-
-
 def test_a_title_and_grammar_block_do_not_open_an_answer() -> None:
     grader = ScriptedReranker({"null operation": 0.9, "placeholder": 0.5})
     passages = [{"text": PASS_PAGE, "source": "pydoc:pass", "chunk_id": "p-0", "score": 0.9}]
@@ -142,27 +126,6 @@ SECTION = (
 )
 
 
-def test_an_explain_answer_is_led_by_its_sections_lead_and_never_quotes_the_title() -> None:
-    """The best-ranked chunk anchors the answer, even where another chunk holds a better-scoring sentence."""
-    grader = ScriptedReranker({"turns widgets": 0.1, "dry": 0.9, "unfrobbed": 0.8, "version": 0.5, "Elsewhere": 0.99})
-    passages = [
-        {"chunk_id": "d-0", "text": SECTION, "source": "doc", "score": 0.8},
-        {"chunk_id": "e-0", "text": "Elsewhere a frob is mentioned in passing.", "source": "other", "score": 0.7},
-    ]
-    answer = ExtractiveGenerator(grader).generate("What does the frob statement do?", passages)
-    assert answer.used == [0]
-    # the lead (its first two sentences, not the title), then the best sentence that fits three
-    assert answer.text == (
-        "The frob statement turns widgets into gadgets. It was added in version two. "
-        "Widgets must be dry before they are frobbed."
-    )
-    continued = SECTION.replace("The frob statement\n\n", "The frob statement (continued)\n\n")
-    answer = ExtractiveGenerator(grader).generate(
-        "What does the frob statement do?", [{**passages[0], "text": continued}]
-    )
-    assert answer.text.startswith("It was added")  # a chunk that continues its section has no lead: its best three
-
-
 def test_the_reader_never_answers_from_a_title_line() -> None:
     class TitleReader(ScriptedReranker):
         def read(self, question: str, texts: list[str]) -> list[object]:
@@ -195,29 +158,6 @@ def _store(*chunks: tuple[str, str]) -> object:
     return get_by_ids
 
 
-def test_the_lead_of_a_section_that_opened_in_an_earlier_chunk_is_fetched_and_cited() -> None:
-    grader = ScriptedReranker({"unfrobbed": 0.9, "shiny": 0.6, "turns widgets": 0.7})
-    store = _store(("frob-4", FROB_OPENING), ("frob-5", FROB_LATER))
-    passages = [{"chunk_id": "frob-5", "text": FROB_LATER, "source": "frob.md", "score": 0.8}]
-    gen = ExtractiveGenerator(grader, chunks=store)  # type: ignore[arg-type]
-    answer = gen.generate("What does the frob statement do?", passages)
-    assert answer.text == (
-        "The frob statement turns widgets into gadgets. It takes one widget. A frobbed widget cannot be unfrobbed."
-    )
-    assert answer.used == [1, 0] and [r["chunk_id"] for r in answer.read] == ["frob-4"]  # the lead's chunk, cited
-    assert answer.read[0]["score"] == 0.7  # the lead graded under its title
-    assert store.asked == [["frob-4", "frob-3", "frob-2", "frob-1", "frob-0"]]  # type: ignore[attr-defined]
-    # a refined strip: its chunk is fetched first, then the one where its section opens
-    strip = {"chunk_id": "frob-5", "text": "A frobbed widget cannot be unfrobbed.", "source": "frob.md", "score": 0.9}
-    answer = gen.generate(
-        "What does the frob statement do?", [strip | {"strip": True, "section": "The frob statement"}]
-    )
-    assert answer.text.startswith("The frob statement turns widgets into gadgets. It takes one widget.")
-    # no store (or one that cannot fetch by id): the passages alone, as before
-    answer = ExtractiveGenerator(grader).generate("What does the frob statement do?", passages)
-    assert answer.text == "A frobbed widget cannot be unfrobbed. Gadgets are shiny." and answer.read == ()
-
-
 def test_documentation_is_answered_with_its_section_unless_one_fact_is_asked() -> None:
     class Reader(ScriptedReranker):
         def read(self, question: str, texts: list[str]) -> list[object]:
@@ -236,23 +176,6 @@ def test_documentation_is_answered_with_its_section_unless_one_fact_is_asked() -
     assert gen.generate("Where are gadgets made?", docs).text.startswith("gadgets\n\n")  # a fact: the span
 
 
-def test_an_explain_answer_stays_in_its_section() -> None:
-    text = (
-        "Frob \u203a Options (continued)\n\nThe -v flag prints more. It is rarely needed.\n\n"
-        "Frob \u203a Bugs\n\nFrob is slow on Sundays. Nobody knows why."
-    )
-    grader = ScriptedReranker({"-v flag": 0.9, "Sundays": 0.95, "Nobody": 0.8, "rarely": 0.1})
-    passages = [{"chunk_id": "frob-2", "text": text, "source": "frob.md", "score": 0.9}]
-    opening = ("frob-1", "Frob \u203a Options\n\nOptions change how frob works. Each has a letter.")
-    answer = ExtractiveGenerator(grader, chunks=_store(opening)).generate("What does frob's -v flag do?", passages)
-    # the best-ranked chunk's best sentence is in Bugs: that section's lead, and its own sentences only
-    assert answer.text == "Frob is slow on Sundays. Nobody knows why."
-    grader.scores["Sundays"] = 0.2
-    answer = ExtractiveGenerator(grader, chunks=_store(opening)).generate("What does frob's -v flag do?", passages)
-    assert answer.text == "Options change how frob works. Each has a letter. The -v flag prints more."
-    assert answer.used == [1, 0] and answer.read[0]["chunk_id"] == "frob-1"
-
-
 def test_a_lead_is_the_sections_first_prose_wherever_it_stands_and_never_a_list_item() -> None:
     grader = ScriptedReranker({"Gadgets": 0.9, "turns widgets": 0.3})
     store = _store(
@@ -266,119 +189,6 @@ def test_a_lead_is_the_sections_first_prose_wherever_it_stands_and_never_a_list_
     answer = ExtractiveGenerator(grader, chunks=store).generate("What does frob do?", passages)  # type: ignore[arg-type]
     assert answer.text == "The frob statement turns widgets into gadgets. Gadgets are shiny."
     assert [r["chunk_id"] for r in answer.read] == ["frob-1"] and answer.used == [1, 0]
-
-
-def test_a_rule_of_where_a_thing_may_stand_is_no_part_of_its_lead() -> None:
-    text = (
-        'The frob statement\n\n"frob" may only occur syntactically nested in a widget block. If a gadget is '
-        'given, it is polished first. "frob" turns the widget into a gadget.'
-    )
-    grader = ScriptedReranker({"polished": 0.2, "turns": 0.3, "nested": 0.1})
-    passages = [{"chunk_id": "frob-0", "text": text, "source": "frob.md", "score": 0.9}]
-    answer = ExtractiveGenerator(grader).generate("What does the frob statement do?", passages)
-    # the lead is what it does; the rule of use may still support it
-    assert answer.text.startswith('If a gadget is given, it is polished first. "frob" turns the widget into a gadget.')
-    # a lead that opens with "It" is given its subject's name, as one opening with "This"
-    passages[0]["text"] = "The frob statement\n\nIt turns the widget into a gadget. A log is kept."
-    answer = ExtractiveGenerator(grader).generate("What does the frob statement do?", passages)
-    assert answer.text.startswith("The frob statement \u2014 It turns the widget into a gadget.")
-
-
-def test_a_lead_sentence_cut_where_its_chunk_ended_is_read_whole() -> None:
-    store = _store(("frob-0", 'The frob statement\n\nFrob maps each widget to a gadget: "a" gives "f('))
-    passages = [
-        {
-            "chunk_id": "frob-1",
-            "text": 'The frob statement (continued)\n\na)".\n\nGadgets are shiny.',
-            "score": 0.8,
-        }
-    ]
-    grader = ScriptedReranker({"shiny": 0.9})
-    answer = ExtractiveGenerator(grader, chunks=store).generate("What does frob do?", passages)  # type: ignore[arg-type]
-    assert answer.text == 'Frob maps each widget to a gadget: "a" gives "f(a)". Gadgets are shiny.'
-
-
-def test_a_question_about_a_pages_subject_is_answered_by_the_pages_opening() -> None:
-    opening = (
-        "frob-0",
-        "frob(1) Manual Page \u203a NAME\n\nfrob - Turn widgets into gadgets\n\n"
-        "frob(1) Manual Page \u203a DESCRIPTION\n\nFrob turns each widget it is given into a gadget. It keeps a log.",
-    )
-    example = "frob(1) Manual Page \u203a EXAMPLES \u203a frob -n 3\n\nFrob three widgets at once and print nothing."
-    grader = ScriptedReranker({"three widgets": 0.9, "each widget": 0.5, "Turn widgets": 0.4})
-    passages = [{"chunk_id": "frob-3", "text": example, "source": "frob.1.html", "score": 0.9}]
-    gen = ExtractiveGenerator(grader, chunks=_store(opening))  # type: ignore[arg-type]
-    answer = gen.generate("What does frob do to a widget?", passages)
-    # the one-line summary (given a full stop) and the description's first sentence, not the example that ranked best;
-    # the rest of the page's opening read supports it
-    assert answer.text == (
-        "frob - Turn widgets into gadgets. Frob turns each widget it is given into a gadget. It keeps a log."
-    )
-    assert [r["chunk_id"] for r in answer.read] == ["frob-0"] and answer.used == [1]
-    # asked about more than the opening says: the example's own section answers
-    answer = gen.generate("How do I frob three widgets without printing?", passages)
-    assert answer.text == "Frob three widgets at once and print nothing." and answer.read == ()
-    # a question that does not name the page's subject, or a page without sub-sections: no page lead
-    assert gen.generate("What does the -n option print?", passages).read == ()
-
-
-def test_a_pages_opening_is_read_past_a_synopsis_of_code_alone() -> None:
-    page = "frob(1) Manual Page \u203a "
-    # a synopsis as long as git-config's: seven chunks of code
-    synopsis = [(f"frob-{n}", f"{page}SYNOPSIS (continued)\n\n```\nfrob --list-{n}\n```") for n in range(1, 8)]
-    chunks = (
-        ("frob-0", f"{page}NAME\n\nfrob - Turn widgets into gadgets"),
-        *synopsis,
-        ("frob-8", f"{page}DESCRIPTION\n\nFrob turns each widget it is given into a gadget. It keeps a log."),
-    )
-    example = f"{page}EXAMPLES \u203a frob -n 3\n\nFrob three widgets at once and print nothing."
-    grader = ScriptedReranker({"three widgets": 0.9, "each widget": 0.5, "Turn widgets": 0.4})
-    passages = [{"chunk_id": "frob-10", "text": example, "source": "frob.1.html", "score": 0.9}]
-    gen = ExtractiveGenerator(grader, chunks=_store(*chunks))  # type: ignore[arg-type]
-    answer = gen.generate("What does frob do to a widget?", passages)
-    assert answer.text.startswith("frob - Turn widgets into gadgets. Frob turns each widget it is given into a gadget.")
-    assert [r["chunk_id"] for r in answer.read] == ["frob-0", "frob-8"]
-
-
-def test_a_question_about_a_sections_subject_is_answered_by_that_sections_lead() -> None:
-    chunks = (
-        ("seq-4", "Sequence Types \u203a Lists (continued)\n\nLists sort in place with sort()."),
-        (
-            "seq-5",
-            "Sequence Types \u203a Tuples\n\nTuples are immutable sequences of any objects. They can be hashed.",
-        ),
-        (
-            "seq-6",
-            "Sequence Types \u203a Tuples \u203a class tuple([iterable])\n\n"
-            "Tuples may be constructed in a number of ways: the constructor builds a tuple from an iterable.",
-        ),
-    )
-    grader = ScriptedReranker({"constructed": 0.9, "immutable": 0.5})
-    passages = [{"chunk_id": "seq-6", "text": chunks[2][1], "source": "seq.md", "score": 0.9}]
-    gen = ExtractiveGenerator(grader, chunks=_store(*chunks))  # type: ignore[arg-type]
-    # the question names Tuples (the section above the entry that ranked best): Tuples' lead opens the answer,
-    # not the sequence page's (its subject is not named) nor the entry's own
-    answer = gen.generate("What is a tuple?", passages)
-    assert answer.text.startswith("Tuples are immutable sequences of any objects. They can be hashed.")
-    assert [r["chunk_id"] for r in answer.read] == ["seq-5"]
-    # a question that names no section above the entry: the entry's own lead
-    answer = gen.generate("How is a new object built from an iterable?", passages)
-    assert answer.text.startswith("Tuples may be constructed") and answer.read == ()
-
-
-def test_a_pages_one_line_opening_goes_on_into_its_description() -> None:
-    opening = (
-        "frob-0",
-        "frob(1) Manual Page \u203a NAME\n\nfrob - Turn widgets into gadgets\n\n"
-        "frob(1) Manual Page \u203a DESCRIPTION\n\nFrob turns each widget it is given into a gadget. It keeps a log.",
-    )
-    grader = ScriptedReranker({"Turn widgets": 0.9, "each widget": 0.5, "log": 0.1})
-    passages = [{"chunk_id": "frob-0", "text": opening[1], "source": "frob.1.html", "score": 0.9}]
-    gen = ExtractiveGenerator(grader, chunks=_store(opening))  # type: ignore[arg-type]
-    # the best sentence is the page's one-line summary, a section too short to lead alone: the page's lead answers,
-    # though the question does not name the page
-    answer = gen.generate("How do I turn widgets into gadgets?", passages)
-    assert answer.text.startswith("frob - Turn widgets into gadgets. Frob turns each widget it is given into a gadget.")
 
 
 def test_a_lead_that_does_not_name_its_subject_is_given_its_name() -> None:
@@ -423,40 +233,6 @@ def test_a_lead_that_does_not_name_its_subject_is_given_its_name() -> None:
         passages[0]["text"] = f"{title}\n\nBy default two histories are joined."
         answer = ExtractiveGenerator(grader).generate("What does merge do by default?", passages)
         assert answer.text == "By default two histories are joined."
-
-
-def test_how_something_works_is_answered_with_the_steps_its_section_goes_on_to() -> None:
-    chunks = (
-        ("frob-0", FROB_OPENING),
-        (
-            "frob-1",
-            "The frob statement (continued)\n\nThe execution of a frob statement proceeds as follows:\n\n"
-            "1. The widget is weighed.\n\n2.",
-        ),
-        (
-            "frob-2",
-            "The frob statement (continued)\n\n2. The widget is painted gold.\n\n3. The gadget is returned.\n\n"
-            "Frobbing is fast. It never fails.",
-        ),
-        ("frob-3", "The zap statement\n\nThe zap statement undoes a frob. It is rarely used."),
-    )
-    grader = ScriptedReranker({"turns widgets": 0.9})
-    passages = [{"chunk_id": "frob-0", "text": FROB_OPENING, "source": "frob.md", "score": 0.9}]
-    gen = ExtractiveGenerator(grader, chunks=_store(*chunks))  # type: ignore[arg-type]
-    answer = gen.generate("How does the frob statement work?", passages)
-    # the lead's first sentence, then the steps, numbered, read on through the section's next chunks (cited);
-    # the prose after the steps and the next section are not part of them
-    assert answer.text == (
-        "The frob statement turns widgets into gadgets. The execution of a frob statement proceeds as follows: "
-        "1. The widget is weighed. 2. The widget is painted gold. 3. The gadget is returned."
-    )
-    assert answer.used == [0, 1, 2] and [r["chunk_id"] for r in answer.read] == ["frob-1", "frob-2"]
-    # any other question: the section's lead and its best sentences, as before
-    answer = gen.generate("What does the frob statement do?", passages)
-    assert answer.text == "The frob statement turns widgets into gadgets. It takes one widget." and answer.read == ()
-    # a section that describes no steps: the same
-    plain = ExtractiveGenerator(grader, chunks=_store(chunks[0], chunks[3]))  # type: ignore[arg-type]
-    assert plain.generate("How does the frob statement work?", passages).read == ()
 
 
 def test_an_explain_answer_is_read_from_the_best_ranked_chunk_that_says_it_in_prose() -> None:
@@ -506,38 +282,163 @@ def test_an_entry_the_question_names_is_read_before_a_better_ranked_neighbour() 
     assert answer.text.startswith("Abort the merge") and answer.used[0] == 1
 
 
-def test_a_word_nearly_every_chunk_holds_need_not_be_said_to_name_a_page() -> None:
-    opening = (
-        "kit-frob-0",
-        "kit-frob(1) Manual Page \u203a NAME\n\nkit-frob - Turn widgets into gadgets\n\n"
-        "kit-frob(1) Manual Page \u203a DESCRIPTION\n\nFrob turns each widget it is given into a gadget.",
-    )
-    example = "kit-frob(1) Manual Page \u203a EXAMPLES \u203a -n 3\n\nFrob three widgets at once and print nothing."
-    grader = ScriptedReranker({"three widgets": 0.9, "each widget": 0.5, "Turn widgets": 0.4})
-    passages = [{"chunk_id": "kit-frob-3", "text": example, "source": "kit-frob.1.html", "score": 0.9}]
-    question = "What does frobbing a widget do?"  # the suite's name, kit, is not said
-    weights = {"kit": 0.1, "frob": 4.0}
-    gen = ExtractiveGenerator(grader, chunks=_store(opening), idf=weights.get)  # type: ignore[arg-type]
-    assert gen.generate(question, passages).text.startswith("kit-frob - Turn widgets into gadgets.")
-    # without the index's word weights (or with kit as rare as frob) the page's subject is kit and frob: not named
-    for idf in (None, {"kit": 4.0, "frob": 4.0}.get):
-        gen = ExtractiveGenerator(grader, chunks=_store(opening), idf=idf)  # type: ignore[arg-type]
-        assert gen.generate(question, passages).text.startswith("Frob three widgets")
-    # said or not, the suite's name is part of the subject: what else the question asks is what the lead must say
-    # ("What does git log show?": the page's lead "Shows the commit logs. ..." need not say git)
-    logs = (
-        "kit-log-0",
-        "kit-log(1) Manual Page \u203a NAME\n\nkit-log - Show logs\n\n"
-        "kit-log(1) Manual Page \u203a DESCRIPTION\n\nShows the logs of each widget, newest first.",
-    )
-    option = "kit-log(1) Manual Page \u203a OPTIONS \u203a --all\n\nWith --all, log shows the gadgets' logs too."
-    grader = ScriptedReranker({"gadgets' logs": 0.9, "each widget": 0.5})
-    passages = [{"chunk_id": "kit-log-3", "text": option, "source": "kit-log.1.html", "score": 0.9}]
-    gen = ExtractiveGenerator(grader, chunks=_store(logs), idf={"kit": 0.1, "log": 4.0}.get)  # type: ignore[arg-type]
-    assert gen.generate("What does kit log show?", passages).text.startswith("Shows the logs of each widget")
+def test_a_fragment_never_opens_an_explain_answer() -> None:
+    grader = ScriptedReranker({"Note:": 0.99, "Thus": 0.5, "wrap": 0.4, "suite": 0.3, "This allows": 0.2})
+    passages = [
+        {"text": WITH_NOTE, "source": "pydoc:with", "chunk_id": "w-3", "score": 0.9},
+        {"text": WITH_LEAD, "source": "pydoc:with", "chunk_id": "w-0", "score": 0.7},
+    ]
+    answer = ExtractiveGenerator(grader).generate("How does the with statement work?", passages)
+    # the note's words after its label are prose; the list item "6. The suite runs." follows, never opens
+    assert fragment(answer.text) is None and "Note:" not in answer.text
+    assert answer.text.startswith('The "with" statement guarantees') and answer.used == [0]
+    assert answer.text.count(". ") + 1 <= EXPLAIN_SENTENCES and len(answer.text.split()) <= EXPLAIN_WORDS
 
 
-def test_an_answer_shows_no_sentence_cut_short_by_a_code_block_it_leaves_out() -> None:
+def test_an_explain_answer_is_its_sections_lead_then_the_sentences_graded_best_in_reading_order() -> None:
+    grader = ScriptedReranker({"turns widgets": 0.1, "dry": 0.9, "unfrobbed": 0.8, "version": 0.5, "Elsewhere": 0.99})
+    passages = [
+        {"chunk_id": "d-0", "text": SECTION, "source": "doc", "score": 0.8},
+        {"chunk_id": "e-0", "text": "Elsewhere a frob is mentioned in passing.", "source": "other", "score": 0.7},
+    ]
+    answer = ExtractiveGenerator(grader).generate("What does the frob statement do?", passages)
+    # the best-ranked chunk anchors the answer (not the better-graded sentence elsewhere); the title is not quoted
+    assert answer.used == [0]
+    assert answer.text == (
+        "The frob statement turns widgets into gadgets. Widgets must be dry before they are frobbed. "
+        "A frobbed widget cannot be unfrobbed."
+    )
+    continued = SECTION.replace("The frob statement\n\n", "The frob statement (continued)\n\n")
+    answer = ExtractiveGenerator(grader).generate(
+        "What does the frob statement do?", [{**passages[0], "text": continued}]
+    )
+    # where the section's opening is not read, no lead: the best three in reading order
+    assert answer.text == (
+        "The frob statement \u2014 It was added in version two. Widgets must be dry before they are frobbed. "
+        "A frobbed widget cannot be unfrobbed."
+    )  # (named: it points back)
+
+
+def test_the_lead_of_a_section_that_opened_in_an_earlier_chunk_is_fetched_and_cited() -> None:
+    grader = ScriptedReranker({"unfrobbed": 0.9, "shiny": 0.6, "turns widgets": 0.7})
+    store = _store(("frob-4", FROB_OPENING), ("frob-5", FROB_LATER))
+    passages = [{"chunk_id": "frob-5", "text": FROB_LATER, "source": "frob.md", "score": 0.8}]
+    gen = ExtractiveGenerator(grader, chunks=store)  # type: ignore[arg-type]
+    answer = gen.generate("What does the frob statement do?", passages)
+    assert answer.text == (
+        "The frob statement turns widgets into gadgets. A frobbed widget cannot be unfrobbed. Gadgets are shiny."
+    )
+    assert answer.used == [1, 0] and [r["chunk_id"] for r in answer.read] == ["frob-4"]  # the lead's chunk, cited
+    assert answer.read[0]["score"] == 0.7  # graded as the sentence quoted from it, under its title
+    # a refined strip: its chunk is fetched, then the one where its section opens
+    strip = {"chunk_id": "frob-5", "text": "A frobbed widget cannot be unfrobbed.", "source": "frob.md", "score": 0.9}
+    answer = gen.generate(
+        "What does the frob statement do?", [strip | {"strip": True, "section": "The frob statement"}]
+    )
+    assert answer.text.startswith("The frob statement turns widgets into gadgets. A frobbed widget")
+    # no store (or one that cannot fetch by id): the passages alone
+    answer = ExtractiveGenerator(grader).generate("What does the frob statement do?", passages)
+    assert answer.text == "A frobbed widget cannot be unfrobbed. Gadgets are shiny." and answer.read == ()
+
+
+def test_an_explain_answer_stays_in_its_section() -> None:
+    text = (
+        "Frob \u203a Options (continued)\n\nThe -v flag prints more. It is rarely needed.\n\n"
+        "Frob \u203a Bugs\n\nFrob is slow on Sundays. Nobody knows why."
+    )
+    grader = ScriptedReranker({"-v flag": 0.9, "Sundays": 0.95, "Nobody": 0.8, "rarely": 0.1, "letter": 0.3})
+    passages = [{"chunk_id": "frob-2", "text": text, "source": "frob.md", "score": 0.9}]
+    opening = ("frob-1", "Frob \u203a Options\n\nOptions change how frob works. Each has a letter.")
+    answer = ExtractiveGenerator(grader, chunks=_store(opening)).generate("What does frob's -v flag do?", passages)
+    assert answer.text == "Frob is slow on Sundays. Nobody knows why."  # the best sentence's section only
+    grader.scores["Sundays"] = 0.2
+    answer = ExtractiveGenerator(grader, chunks=_store(opening)).generate("What does frob's -v flag do?", passages)
+    assert answer.text == "Options change how frob works. Each has a letter. The -v flag prints more."
+    assert answer.used == [1, 0] and answer.read[0]["chunk_id"] == "frob-1"
+
+
+def test_a_lead_is_the_first_sentence_that_may_open_never_a_list_item_or_lead_in() -> None:
+    grader = ScriptedReranker({"Gadgets": 0.9, "turns widgets": 0.3})
+    store = _store(
+        ("frob-0", "The frob statement\n\n```\nfrob_stmt ::= 'frob' widget\n```"),  # the heading over a grammar block
+        ("frob-1", "The frob statement (continued)\n\n1. take a widget\n\nFor example:\n\nFrob turns widgets to gold."),
+    )
+    passages = [{"chunk_id": "frob-2", "text": "The frob statement (continued)\n\nGadgets are shiny.", "score": 0.8}]
+    answer = ExtractiveGenerator(grader, chunks=store).generate("What does frob do?", passages)  # type: ignore[arg-type]
+    assert answer.text.startswith("Frob turns widgets to gold.") and answer.text.endswith("Gadgets are shiny.")
+    assert [r["chunk_id"] for r in answer.read] == ["frob-1"] and answer.used == [1, 0]
+
+
+def test_a_sentence_cut_where_its_chunk_ended_is_read_whole() -> None:
+    store = _store(("frob-0", 'The frob statement\n\nFrob maps each widget to a gadget: "a" gives "f('))
+    passages = [{"chunk_id": "frob-1", "text": 'The frob statement (continued)\n\na)".\n\nGadgets are shiny.'}]
+    grader = ScriptedReranker({"shiny": 0.9})
+    answer = ExtractiveGenerator(grader, chunks=store).generate("What does frob do?", passages)  # type: ignore[arg-type]
+    assert answer.text == 'Frob maps each widget to a gadget: "a" gives "f(a)". Gadgets are shiny.'
+
+
+MANUAL = "frob(1) Manual Page \u203a "
+OPENING = (
+    "frob-0",
+    f"{MANUAL}NAME\n\nfrob - Turn widgets into gadgets at once\n\n"
+    f"{MANUAL}DESCRIPTION\n\nFrob turns each widget it is given into a gadget. It keeps a log.",
+)
+
+
+def test_the_pages_opening_answers_where_the_grader_grades_its_lead_above_the_sections() -> None:
+    example = f"{MANUAL}EXAMPLES \u203a frob -n 3\n\nFrob three widgets at once and print nothing."
+    grader = ScriptedReranker({"three widgets": 0.6, "each widget": 0.9, "Turn widgets": 0.7, "log": 0.3})
+    passages = [{"chunk_id": "frob-3", "text": example, "source": "frob.1.html", "score": 0.9}]
+    gen = ExtractiveGenerator(grader, chunks=_store(OPENING))  # type: ignore[arg-type]
+    answer = gen.generate("What does frob do to a widget?", passages)
+    assert answer.text == (
+        "frob - Turn widgets into gadgets at once. Frob turns each widget it is given into a gadget. It keeps a log."
+    )  # (the one-line summary given a full stop)
+    assert [r["chunk_id"] for r in answer.read] == ["frob-0"] and answer.used == [1]
+    # the page's lead graded below the example's own: the example's section answers
+    grader.scores["Turn widgets"] = 0.5
+    answer = gen.generate("How do I frob three widgets without printing?", passages)
+    assert answer.text == "Frob three widgets at once and print nothing." and answer.read == ()
+
+
+def test_a_pages_opening_is_read_past_a_synopsis_of_code_alone() -> None:
+    synopsis = [(f"frob-{n}", f"{MANUAL}SYNOPSIS (continued)\n\n```\nfrob --list-{n}\n```") for n in range(1, 4)]
+    chunks = (
+        ("frob-0", f"{MANUAL}NAME\n\nfrob - Turn widgets into gadgets at once"),
+        *synopsis,
+        ("frob-4", f"{MANUAL}DESCRIPTION\n\nFrob turns each widget it is given into a gadget. It keeps a log."),
+    )
+    example = f"{MANUAL}EXAMPLES \u203a frob -n 3\n\nFrob three widgets at once and print nothing."
+    grader = ScriptedReranker({"three widgets": 0.5, "each widget": 0.6, "Turn widgets": 0.9})
+    passages = [{"chunk_id": "frob-6", "text": example, "source": "frob.1.html", "score": 0.9}]
+    gen = ExtractiveGenerator(grader, chunks=_store(*chunks))  # type: ignore[arg-type]
+    answer = gen.generate("What does frob do to a widget?", passages)
+    assert answer.text.startswith("frob - Turn widgets into gadgets at once. Frob turns each widget")
+    assert [r["chunk_id"] for r in answer.read] == ["frob-0", "frob-4"]
+
+
+def test_a_section_above_the_best_sentences_answers_where_its_lead_grades_higher() -> None:
+    chunks = (
+        ("seq-4", "Sequence Types \u203a Lists (continued)\n\nLists sort in place with sort()."),
+        ("seq-5", "Sequence Types \u203a Tuples\n\nTuples are immutable sequences of any objects. They can be hashed."),
+        (
+            "seq-6",
+            "Sequence Types \u203a Tuples \u203a class tuple([iterable])\n\n"
+            "Tuples may be constructed in a number of ways: the constructor builds a tuple from an iterable.",
+        ),
+    )
+    grader = ScriptedReranker({"constructed": 0.6, "immutable": 0.9, "hashed": 0.2})
+    passages = [{"chunk_id": "seq-6", "text": chunks[2][1], "source": "seq.md", "score": 0.9}]
+    gen = ExtractiveGenerator(grader, chunks=_store(*chunks))  # type: ignore[arg-type]
+    answer = gen.generate("What is a tuple?", passages)
+    assert answer.text.startswith("Tuples are immutable sequences of any objects.")
+    assert [r["chunk_id"] for r in answer.read] == ["seq-5"]
+    grader.scores["immutable"] = 0.3
+    answer = gen.generate("How is a new object built from an iterable?", passages)
+    assert answer.text.startswith("Tuples may be constructed") and answer.read == ()
+
+
+def test_a_colon_that_introduces_what_the_answer_leaves_out_becomes_a_full_stop() -> None:
     text = (
         "The frob statement\n\nFrob statements turn widgets into gadgets:\n\n```\nfrob_stmt ::= 'frob' widget\n"
         "widget    ::= name\n```\n\nThe simple form is equivalent to\n\n```\nif widget:\n    gadget()\n```\n\n"
@@ -546,43 +447,16 @@ def test_an_answer_shows_no_sentence_cut_short_by_a_code_block_it_leaves_out() -
     grader = ScriptedReranker({"simple form": 0.95, "turn widgets": 0.9, "fast": 0.5})
     passages = [{"chunk_id": "frob-0", "text": text, "source": "frob.md", "score": 0.9}]
     answer = ExtractiveGenerator(grader).generate("What does the frob statement do?", passages)
-    # the lead's colon introduced a grammar block the answer does not show: a full stop instead; the sentence that
-    # ran into its example unfinished is left out, though it graded best
+    # the sentence that ran into its example unfinished is left out, though it graded best
     assert answer.text == "Frob statements turn widgets into gadgets. Frobbing is fast and safe."
-    # a colon introducing a list the lead leaves out gives way to a full stop too; one introducing prose stays
+    # a colon introducing the sentence shown after it stays
     listed = "The frob statement\n\nFrobbing runs in two steps:\n\n1. find the widget.\n\n2. turn it into a gadget."
     passages = [{"chunk_id": "frob-0", "text": listed, "source": "frob.md", "score": 0.9}]
     answer = ExtractiveGenerator(ScriptedReranker({"steps": 0.9})).generate("What does frobbing do?", passages)
-    assert answer.text == "Frobbing runs in two steps."
-    example = "The frob statement\n\nFrobbing is useful, for example:\n\nfrob all the widgets now"
-    passages = [{"chunk_id": "frob-0", "text": example, "source": "frob.md", "score": 0.9}]
-    answer = ExtractiveGenerator(ScriptedReranker({"useful": 0.9})).generate("What does frobbing do?", passages)
-    assert answer.text.startswith("Frobbing is useful, for example:")
+    assert answer.text == "Frobbing runs in two steps: 1. find the widget. 2. turn it into a gadget."
 
 
-def test_a_section_resumed_after_its_entry_is_read_from_where_it_opened() -> None:
-    slots = "Names \u203a __slots__"
-    chunks = (
-        ("names-7", f"{slots}\n\n__slots__ declare data members and deny the creation of __dict__ (or a parent.)"),
-        (
-            "names-8",
-            f"{slots} \u203a object.__slots__\n\nThis class variable can be assigned a string of names.\n\n"
-            f"{slots}\n\nNotes on using __slots__:\n\n* Each name is an attribute slot.",
-        ),
-    )
-    grader = ScriptedReranker({"class variable": 0.9, "Notes": 0.8, "data members": 0.5, "Each name": 0.7})
-    passages = [{"chunk_id": "names-8", "text": chunks[1][1], "source": "names.md", "score": 0.9}]
-    answer = ExtractiveGenerator(grader, chunks=_store(*chunks)).generate(  # type: ignore[arg-type]
-        "What are __slots__?", passages
-    )
-    # `__slots__` heads its notes again after the entry: it resumes there, it opened in the chunk before, whose lead
-    # answers; neither the line introducing the notes nor a list item is said without what it belongs to
-    assert answer.text.startswith("__slots__ declare data members and deny the creation of __dict__ (or a parent.)")
-    assert "Notes on" not in answer.text and "Each name" not in answer.text
-    assert [r["chunk_id"] for r in answer.read] == ["names-7"]
-
-
-def test_a_sentence_of_the_section_read_back_by_id_supports_its_lead() -> None:
+def test_a_sentence_of_the_section_read_back_by_id_is_graded_and_cited() -> None:
     later = "The frob statement (continued)\n\nFrobbing twice is an error. Frob logs go to stderr."
     store = _store(
         ("frob-4", FROB_OPENING),
@@ -592,10 +466,18 @@ def test_a_sentence_of_the_section_read_back_by_id_supports_its_lead() -> None:
     grader = ScriptedReranker({"tall": 0.8, "twice": 0.3, "turns widgets": 0.6, "logs": 0.2, "one widget": 0.1})
     passages = [{"chunk_id": "frob-6", "text": later, "source": "frob.md", "score": 0.8}]
     answer = ExtractiveGenerator(grader, chunks=store).generate("What is a frob widget like?", passages)  # type: ignore[arg-type]
-    # the sentence that answers stands in a chunk retrieval did not return, between the opening and the ranked one:
-    # read back with the lead, it is graded, kept and cited
-    assert (
-        answer.text == "The frob statement turns widgets into gadgets. It takes one widget. A frob widget can be tall."
+    assert answer.text == (
+        "The frob statement turns widgets into gadgets. A frob widget can be tall. Frobbing twice is an error."
     )
-    assert [r["chunk_id"] for r in answer.read] == ["frob-4", "frob-5"] and answer.used == [1, 2]
+    assert [r["chunk_id"] for r in answer.read] == ["frob-4", "frob-5"] and answer.used == [1, 2, 0]
     assert answer.read[1]["score"] == 0.8
+
+
+def test_a_section_of_one_line_is_read_with_the_rest_of_its_chunk() -> None:
+    grader = ScriptedReranker({"Turn widgets": 0.9, "each widget": 0.5, "log": 0.1})
+    passages = [{"chunk_id": "frob-0", "text": OPENING[1], "source": "frob.1.html", "score": 0.9}]
+    gen = ExtractiveGenerator(grader, chunks=_store(OPENING))  # type: ignore[arg-type]
+    answer = gen.generate("How do I turn widgets into gadgets?", passages)
+    assert answer.text == (
+        "frob - Turn widgets into gadgets at once. Frob turns each widget it is given into a gadget. It keeps a log."
+    )

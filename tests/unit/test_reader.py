@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from fastcrag.fitting.model import find_answer, span_targets
-from fastcrag.generation.generators import ExtractiveGenerator, answer_with_sentence, generate_answer
+from fastcrag.generation.extractive import ExtractiveGenerator, answer_with_sentence
+from fastcrag.generation.generators import generate_answer
 from fastcrag.grading.reader import Span, best_span, is_reader, span_margins
 
 from fakes import ScriptedReranker

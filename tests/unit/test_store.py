@@ -276,23 +276,12 @@ def test_a_store_that_cannot_fetch_by_id_gives_no_opening() -> None:
     assert [d.id for d in section_before(langchain.get_by_ids, "d-1", "Alpha")] == ["d-0"]
 
 
-def test_the_generator_reads_word_weights_from_the_retrievers_index(tmp_path: Path) -> None:
-    from fastcrag.components import Components
-    from fastcrag.generation.generators import ExtractiveGenerator
-
-    from fakes import CALIBRATION, ListRetriever, ScriptedReranker
-
+def test_the_index_gives_its_word_weights(tmp_path: Path) -> None:
     docs = [SourceDocument(str(i), f"T{i}", f"Widgets are common. Item {i} is here.") for i in range(6)]
     build(tmp_path, [*docs, SourceDocument("z", "Z", "Widgets are common. A zebra is rare.")])
-    store = FaissStore.load(tmp_path, HashEmbeddings())
-    parts = Components(retriever=store, reranker=ScriptedReranker({}), calibration=CALIBRATION)
-    gen = parts.generator()
-    assert isinstance(gen, ExtractiveGenerator) and gen.idf is not None
-    common, rare, absent = gen.idf("widgets"), gen.idf("zebra"), gen.idf("giraffe")
-    assert common is not None and rare is not None and 0 < common < rare and absent == 0.0
-    # a retriever without a lexical index gives no weights (a page's subject then stands whole)
-    bare = Components(retriever=ListRetriever(docs=[]), reranker=ScriptedReranker({}), calibration=CALIBRATION)
-    assert bare.word_idf("widgets") is None
+    idf = FaissStore.load(tmp_path, HashEmbeddings()).lexical_idf()
+    common, rare, absent = idf("widgets"), idf("zebra"), idf("giraffe")
+    assert 0 < common < rare and absent == 0.0
 
 
 def test_a_postgres_writer_releases_its_lock_before_it_hangs_up() -> None:

@@ -12,7 +12,7 @@ import numpy as np
 from tqdm import tqdm
 
 from fastcrag.datasets import LabelledQuestion
-from fastcrag.generation.generators import answers_with_sentences
+from fastcrag.generation.extractive import answers_with_sentences
 from fastcrag.grading.conditions import conditioned, named_conditions
 from fastcrag.grading.reader import is_reader
 from fastcrag.grading.reranker import Reranker, checked_scores

@@ -18,7 +18,8 @@ from pydantic import BaseModel, Field
 
 from fastcrag.generation import prompts
 from fastcrag.generation.chat import LlamaCppChat
-from fastcrag.generation.generators import NOSTREAM, ChatGenerator, ExtractiveGenerator, structured_call, with_timeout
+from fastcrag.generation.extractive import ExtractiveGenerator
+from fastcrag.generation.generators import NOSTREAM, ChatGenerator, structured_call, with_timeout
 
 MODE = "mode flare (FASTRAG_MODE=flare)"
 LOGPROB_PROVIDERS = ("openai", "llamacpp")

@@ -6,7 +6,7 @@ from typing import Any
 
 from fastcrag import metrics
 from fastcrag.components import Components
-from fastcrag.generation.generators import ExtractiveGenerator, generate_answer
+from fastcrag.generation.generators import generate_answer
 from fastcrag.graph.nodes import Node
 from fastcrag.graph.nodes.stage import Run, reply, stage, trace
 from fastcrag.graph.state import Citation, State
@@ -44,7 +44,7 @@ def generate(state: State, run: Run) -> dict[str, Any]:
             state,
             text,
             [c["source"] for c in citations],
-            quoted=isinstance(run.parts.generator(), ExtractiveGenerator),
+            quoted=getattr(run.parts.generator(), "extractive", False),
             message_id=answer.message_id,
         ),
     }
