@@ -10,6 +10,7 @@ import gzip
 import json
 import logging
 import re
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,9 +89,11 @@ def html_text(html: str, *, main_content: bool = True) -> str:
     tables, code and definition lists keep their structure. The page's title heading (its first `h1`) stays even
     where the main content starts below it. Drawings' text (SVG, image maps) and paging panels go everywhere.
     """
-    from bs4 import BeautifulSoup  # heavy (about 0.1 s): loaded only when an HTML file is read
+    from bs4 import BeautifulSoup, XMLParsedAsHTMLWarning  # heavy (about 0.1 s): loaded only when HTML is read
 
-    soup = BeautifulSoup(html, "lxml")  # lxml: as fast as the extractor's parser, and closes `p` as browsers do
+    with warnings.catch_warnings():  # an XHTML page (`<?xml ...?>` first) is read as HTML, as browsers read it
+        warnings.simplefilter("ignore", XMLParsedAsHTMLWarning)
+        soup = BeautifulSoup(html, "lxml")  # lxml: as fast as the extractor's parser, and closes `p` as browsers do
     _drop(soup, _furniture)
     for link in soup.find_all("a", rel=_PAGING_RELS):  # a "Next: / Previous: / Up:" panel, wherever the page puts it
         panel = link.find_parent(["p", "div", "table", "ul", "td"])
@@ -200,15 +203,22 @@ def _structured_text(soup: Any) -> str:
         lines = ["| " + " | ".join(r + [""] * (width - len(r))) + " |" for r in rows]
         lines.insert(1, "|" + "---|" * width)
         table.replace_with("\n\n" + "\n".join(lines) + "\n\n")
+    above: dict[int, int] = {}  # per term (by id): the level of the heading before it (0: none), in one pass
+    level = 0
+    for tag in soup.find_all([*_HEADING_TAGS, "dt"]):
+        if tag.name == "dt":
+            above[id(tag)] = level
+        else:
+            level = int(tag.name[1])
     for dl in soup("dl"):  # a definition list's terms head their definitions (options, glossary, FAQ, API entries)
         run: list[Any] = []  # consecutive terms of one definition make one heading
         for child in list(dl.find_all(["dt", "dd"], recursive=False)):
             if child.name == "dt":
                 run.append(child)
                 continue
-            _term_heading(run)
+            _term_heading(run, above)
             run = []
-        _term_heading(run)
+        _term_heading(run, above)
     for level in range(1, 7):
         for heading in soup(f"h{level}"):
             text = " ".join(heading.get_text(" ").split()).rstrip("¶#").strip()
@@ -233,12 +243,12 @@ def _opening_block(item: Any) -> Any:
         item = first
 
 
-def _term_heading(terms: list[Any]) -> None:
+def _term_heading(terms: list[Any], above: dict[int, int]) -> None:
     """Definition-list terms (`dt`) as one Markdown heading, a level below the heading above them.
 
     A list within a definition (an API entry's parameters, a class's methods) goes a level below that definition's
-    terms. An API signature (Sphinx's `dt.sig`) is read as written, its parameters shortened where they would fill
-    the heading every chunk of the entry opens with.
+    terms; `above` gives the level of the heading before each term. An API signature (Sphinx's `dt.sig`) is read
+    as written, its parameters shortened where they would fill the heading every chunk of the entry opens with.
     """
     if not terms:
         return
@@ -247,8 +257,8 @@ def _term_heading(terms: list[Any]) -> None:
     if outer is not None:  # a definition list within a definition: a level below that definition's terms
         level = min(int(outer[_LEVEL]) + 1, 6)
     else:
-        above = terms[0].find_previous(_HEADING_TAGS)
-        level = min(int(above.name[1]) + 1, 6) if above is not None else 2
+        heading = above.get(id(terms[0]), 0)  # the heading before the term (`above`), 0 where none is
+        level = min(heading + 1, 6) if heading else 2
     terms[0].parent[_LEVEL] = str(level)
     for extra in terms[1:]:
         extra.decompose()
