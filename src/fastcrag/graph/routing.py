@@ -5,19 +5,19 @@ from __future__ import annotations
 from typing import Literal
 
 from fastcrag.config.settings import RunConfig
-from fastcrag.graph.state import State
+from fastcrag.graph.state import FlareState, State
 
 
-def answer(cfg: RunConfig) -> Literal["generate", "draft"]:
-    """The node that writes the answer: `generate` (CRAG), or `draft` (FLARE mode, sentence by sentence)."""
-    return "draft" if cfg.flare else "generate"
+def answer(cfg: RunConfig) -> Literal["generate", "flare"]:
+    """The node that writes the answer: `generate` (CRAG), or the `flare` subgraph (FLARE mode, by sentences)."""
+    return "flare" if cfg.flare else "generate"
 
 
-def after_grade(state: State, cfg: RunConfig) -> Literal["generate", "draft", "refine", "rewrite", "abstain"]:
+def after_grade(state: State, cfg: RunConfig) -> Literal["generate", "flare", "refine", "rewrite", "abstain"]:
     """CORRECT answers, AMBIGUOUS refines, INCORRECT rewrites while the cap allows, else abstains.
 
     With CRAG disabled: plain RAG generates whatever the band; threshold-only abstains on INCORRECT. A
-    `failure` abstains on every path. The answer is written by `generate`, or by `draft` in FLARE mode.
+    `failure` abstains on every path. The answer is written by `generate`, or by the `flare` subgraph in FLARE mode.
     """
     band = state.get("band")
     if state.get("failure") or band is None:
@@ -33,7 +33,7 @@ def after_grade(state: State, cfg: RunConfig) -> Literal["generate", "draft", "r
     return "rewrite" if state.get("rewrites", 0) < cfg.crag_max_rewrites else "abstain"
 
 
-def after_refine(state: State, cfg: RunConfig) -> Literal["generate", "draft", "abstain"]:
+def after_refine(state: State, cfg: RunConfig) -> Literal["generate", "flare", "abstain"]:
     """Refinement that failed (the reranker raised) abstains; otherwise the answer is written."""
     return "abstain" if state.get("failure") else answer(cfg)
 
@@ -48,7 +48,7 @@ def after_generate(state: State) -> Literal["abstain", "__end__"]:
     return "abstain" if state.get("failure") else "__end__"
 
 
-def after_draft(state: State, cfg: RunConfig) -> Literal["lookup", "compose", "abstain"]:
+def after_draft(state: FlareState, cfg: RunConfig) -> Literal["lookup", "compose", "abstain"]:
     """An uncertain sentence is searched for while the retrieval cap allows; otherwise the answer is composed.
 
     At the cap the uncertain sentence is left out (never asserted unsearched), and writing stops there.
@@ -60,7 +60,7 @@ def after_draft(state: State, cfg: RunConfig) -> Literal["lookup", "compose", "a
     return "compose"
 
 
-def after_lookup(state: State) -> Literal["admit", "drop", "abstain"]:
+def after_lookup(state: FlareState) -> Literal["admit", "drop", "abstain"]:
     """By the band of what the active retrieval found: CORRECT or AMBIGUOUS evidence is admitted, INCORRECT dropped.
 
     A search or grading that failed has no band: its sentence is dropped too.
@@ -72,6 +72,6 @@ def after_lookup(state: State) -> Literal["admit", "drop", "abstain"]:
     return "admit" if band in ("CORRECT", "AMBIGUOUS") else "drop"
 
 
-def after_admit(state: State) -> Literal["draft", "abstain"]:
+def after_admit(state: FlareState) -> Literal["draft", "abstain"]:
     """Evidence that could not be refined (the reranker raised) abstains; otherwise the sentence is written again."""
     return "abstain" if state.get("failure") else "draft"

@@ -251,16 +251,6 @@ class PerQuestion(TypedDict, total=False):
     """Why the run cannot answer (a fault, an unusable question); every route sends it to `abstain`."""
     timings: dict[str, float]
     """This question's milliseconds per stage so far: each timed node writes the totals with its own time added."""
-    sentences: list[str]
-    """FLARE: the sentences kept for the answer so far (confident, or written again on graded evidence)."""
-    ahead: list[Sentence] | None
-    """FLARE: sentences the last draft wrote that are not checked yet; None: the next `draft` asks the chat model."""
-    pending: Sentence | None
-    """FLARE: the uncertain sentence being searched for; after its evidence is added, `draft` writes it again."""
-    found: list[Candidate]
-    """FLARE: what the current active retrieval found, graded, best first."""
-    flare: list[ActiveRetrieval]
-    """FLARE: the active retrievals so far (their number is capped by `FASTRAG_FLARE_MAX_RETRIEVALS`)."""
 
 
 PER_QUESTION: PerQuestion = {
@@ -279,11 +269,6 @@ PER_QUESTION: PerQuestion = {
     "conversation": None,
     "failure": None,
     "timings": {},
-    "sentences": [],
-    "ahead": None,
-    "pending": None,
-    "found": [],
-    "flare": [],
 }
 """Each per-question field's value before the question's first step (`fresh_question` hands out a copy)."""
 
@@ -298,3 +283,29 @@ class State(InputState, OutputState, PerQuestion, total=False):
 
     The caller's input and the output it gets back, and the fields of the current question (`PerQuestion`).
     """
+
+
+class FlareState(State, total=False):
+    """FLARE mode's subgraph state: the graph's fields, and its own, which start empty at each answer it writes."""
+
+    sentences: list[str]
+    """The sentences kept for the answer so far (confident, or written again on graded evidence)."""
+    ahead: list[Sentence] | None
+    """Sentences the last draft wrote that are not checked yet; None: the next `draft` asks the chat model."""
+    pending: Sentence | None
+    """The uncertain sentence being searched for; after its evidence is added, `draft` writes it again."""
+    found: list[Candidate]
+    """What the current active retrieval found, graded, best first."""
+    flare: list[ActiveRetrieval]
+    """The active retrievals so far (their number is capped by `FASTRAG_FLARE_MAX_RETRIEVALS`)."""
+
+
+class FlareOutput(OutputState, total=False):
+    """What the FLARE subgraph hands back to the graph: the answer (or abstention) and the fields it changed."""
+
+    context: list[Passage]
+    """The context with the evidence FLARE added."""
+    failure: str | None
+    """Why the answer abstained, if it did."""
+    timings: dict[str, float]
+    """The question's stage times, FLARE's added."""

@@ -10,7 +10,7 @@ from fastcrag import metrics
 from fastcrag.components import Components
 from fastcrag.config.settings import Context, RunConfig
 from fastcrag.graph.nodes import Node
-from fastcrag.graph.nodes.stage import reply, trace
+from fastcrag.graph.nodes.stage import S, reply, trace
 from fastcrag.graph.state import State
 
 
@@ -40,7 +40,7 @@ def abstention(parts: Components, state: State, context: Any) -> dict[str, Any]:
 def make(parts: Components) -> Node:
     """Build the node over `parts`."""
 
-    def abstain(state: State, *, runtime: Runtime[Context]) -> dict[str, Any]:
+    def abstain(state: S, *, runtime: Runtime[Context]) -> dict[str, Any]:
         """Answer with the abstention message and no citations."""
         return abstention(parts, state, runtime.context)
 

@@ -11,10 +11,10 @@ from fastcrag.graph.nodes import Node
 from fastcrag.graph.nodes.lookup import SentenceEvidence
 from fastcrag.graph.nodes.refine import strips, usable
 from fastcrag.graph.nodes.stage import Run, stage
-from fastcrag.graph.state import ActiveRetrieval, FlareAction, State
+from fastcrag.graph.state import ActiveRetrieval, FlareAction, FlareState
 
 
-def admit(state: State, run: Run) -> dict[str, Any]:
+def admit(state: FlareState, run: Run) -> dict[str, Any]:
     """Add the evidence (AMBIGUOUS refined into strips) and have the sentence written again.
 
     Strips are kept as `refine` keeps them, graded as the lookup graded (`SentenceEvidence`). Candidates below

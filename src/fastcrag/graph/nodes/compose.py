@@ -8,10 +8,10 @@ from fastcrag import metrics
 from fastcrag.components import Components
 from fastcrag.graph.nodes import Node
 from fastcrag.graph.nodes.stage import Run, reply, stage, trace
-from fastcrag.graph.state import Citation, State
+from fastcrag.graph.state import Citation, FlareState
 
 
-def compose(state: State, run: Run) -> dict[str, Any]:
+def compose(state: FlareState, run: Run) -> dict[str, Any]:
     """Join the kept sentences; cite every passage of the context (as the chat generator does).
 
     No kept sentence is a `failure` (routed to abstain): nothing was asserted.

@@ -9,11 +9,11 @@ from fastcrag.components import Components
 from fastcrag.generation.flare import uncertain
 from fastcrag.graph.nodes import Node
 from fastcrag.graph.nodes.stage import Run, stage
-from fastcrag.graph.state import ActiveRetrieval, State
+from fastcrag.graph.state import ActiveRetrieval, FlareState
 from fastcrag.retrieval.text import normalise
 
 
-def draft(state: State, run: Run) -> dict[str, Any]:
+def draft(state: FlareState, run: Run) -> dict[str, Any]:
     """Keep drafted sentences while all their word tokens reach `flare_threshold`; the first that does not waits.
 
     The chat model drafts when no drafted sentence is left to check (`ahead` is None: the first draft, or evidence
