@@ -32,11 +32,12 @@ from fastcrag.graph.nodes import (
     rewrite,
 )
 from fastcrag.graph.state import FlareOutput, FlareState, InputState, OutputState, State
+from fastcrag.retrieval.hybrid import RoutedSearch
 
 
 def build_graph(
     *,
-    retriever: BaseRetriever | VectorStore | None = None,
+    retriever: BaseRetriever | VectorStore | RoutedSearch | None = None,
     reranker: Reranker | str | None = None,
     llm: BaseChatModel | Generator | str | None = None,
     calibration: Calibration | Path | None = None,
@@ -52,7 +53,8 @@ def build_graph(
     and passes them as `parts`; the compiled graph carries nothing else.
 
     Args:
-        retriever: A LangChain retriever or vector store; the configured FAISS index when None.
+        retriever: A LangChain retriever or vector store, or any retriever searching by route (`RoutedSearch`); the
+            configured FAISS index when None.
         reranker: A `Reranker`, or a spec (folder, model name, `bi-encoder`).
         llm: A LangChain chat model, a `Generator`, `extractive`, or a `provider:model` spec.
         calibration: Thresholds, or the calibration.json to read them from.

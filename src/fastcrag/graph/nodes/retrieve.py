@@ -21,7 +21,7 @@ from fastcrag.graph import intake
 from fastcrag.graph.nodes import Node
 from fastcrag.graph.nodes.stage import Run, stage
 from fastcrag.graph.state import Candidate, State
-from fastcrag.retrieval.hybrid import HybridRetriever, Mode, chunk_key, fused_order
+from fastcrag.retrieval.hybrid import Mode, RoutedSearch, chunk_key, fused_order
 from fastcrag.retrieval.text import normalise, split_title
 
 
@@ -33,14 +33,14 @@ def candidate_of(doc: Any) -> Candidate:
 
 
 def search(
-    retriever: BaseRetriever, query: str, mode: Mode | None = None, extra: int = 0
+    retriever: BaseRetriever | RoutedSearch, query: str, mode: Mode | None = None, extra: int = 0
 ) -> tuple[list[Any], str, int]:
     """The documents for `query`, the route taken, and how many of them to grade.
 
-    A `HybridRetriever` searches in `mode` (its own when None) `extra` documents deeper than its `k`, and `k` are
-    graded; any other retriever's documents are all graded.
+    A retriever searching by route (`RoutedSearch`, as `HybridRetriever`) searches in `mode` (its own when None)
+    `extra` documents deeper than its `k`, and `k` are graded; any other retriever's documents are all graded.
     """
-    if isinstance(retriever, HybridRetriever):
+    if isinstance(retriever, RoutedSearch):
         docs, route = retriever.search(query, mode, k=retriever.k + extra)
         return docs, route, retriever.k
     docs = retriever.invoke(query)

@@ -9,7 +9,7 @@ from fastcrag.generation.rewriters import keyword_rewrite
 from fastcrag.graph.nodes import Node
 from fastcrag.graph.nodes.stage import Run, stage
 from fastcrag.graph.state import State
-from fastcrag.retrieval.hybrid import HybridRetriever
+from fastcrag.retrieval.hybrid import TermWeights
 from fastcrag.retrieval.text import normalise
 
 
@@ -34,7 +34,7 @@ def rewrite(state: State, run: Run) -> dict[str, Any]:
     if query is not None:
         return update | {"rewritten_query": query, "query": query, "rewriter": "llm", "action": "rewrite"}
     retriever = run.parts.retriever()
-    idf = retriever.idf() if isinstance(retriever, HybridRetriever) else None
+    idf = retriever.idf() if isinstance(retriever, TermWeights) else None
     # candidates are best first (retrieve sorts them); keyword_rewrite reads the top few
     keywords = keyword_rewrite(question, [c["text"] for c in state.get("candidates") or []], idf)
     if keywords and normalise(keywords) != normalise(question):
