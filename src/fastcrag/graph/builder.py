@@ -76,17 +76,13 @@ def build_graph(
     if parts.settings.mode == "flare" and (why := parts.flare_unsupported()):
         raise ValueError(why)
 
-    def route_after_grade(
+    def route_after_grade(  # a failure (settings that could not be resolved among them) leaves nothing to route on
         state: State, runtime: Runtime[Context]
     ) -> Literal["generate", "flare", "refine", "rewrite", "abstain"]:
-        if state.get("failure"):  # includes settings that could not be resolved: nothing to route on
-            return "abstain"
-        return routing.after_grade(state, parts.run_config(runtime.context))
+        return "abstain" if routing.failed(state) else routing.after_grade(state, parts.run_config(runtime.context))
 
     def route_after_refine(state: State, runtime: Runtime[Context]) -> Literal["generate", "flare", "abstain"]:
-        if state.get("failure"):
-            return "abstain"
-        return routing.after_refine(state, parts.run_config(runtime.context))
+        return "abstain" if routing.failed(state) else routing.after_refine(state, parts.run_config(runtime.context))
 
     builder = StateGraph(State, context_schema=Context, input_schema=InputState, output_schema=OutputState)
     builder.add_node("retrieve", retrieve.make(parts))
@@ -115,9 +111,7 @@ def build_flare(parts: Components) -> CompiledStateGraph[FlareState, Context, St
     """
 
     def route_after_draft(state: FlareState, runtime: Runtime[Context]) -> Literal["lookup", "compose", "abstain"]:
-        if state.get("failure"):
-            return "abstain"
-        return routing.after_draft(state, parts.run_config(runtime.context))
+        return "abstain" if routing.failed(state) else routing.after_draft(state, parts.run_config(runtime.context))
 
     flare = StateGraph(FlareState, context_schema=Context, input_schema=State, output_schema=FlareOutput)
     flare.add_node("draft", draft.make(parts))

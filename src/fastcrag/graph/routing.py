@@ -5,7 +5,13 @@ from __future__ import annotations
 from typing import Literal
 
 from fastcrag.config.settings import RunConfig
-from fastcrag.graph.state import FlareState, State
+from fastcrag.graph.state import FailureCode, FlareState, State
+
+
+def failed(state: State) -> FailureCode | None:
+    """The kind of the state's failure, None when there is none: every route reads it here, and abstains on one."""
+    failure = state.get("failure")
+    return failure["code"] if failure else None
 
 
 def answer(cfg: RunConfig) -> Literal["generate", "flare"]:
@@ -20,7 +26,7 @@ def after_grade(state: State, cfg: RunConfig) -> Literal["generate", "flare", "r
     `failure` abstains on every path. The answer is written by `generate`, or by the `flare` subgraph in FLARE mode.
     """
     band = state.get("band")
-    if state.get("failure") or band is None:
+    if failed(state) or band is None:
         return "abstain"
     if cfg.plain_rag:
         return "generate"
@@ -35,17 +41,17 @@ def after_grade(state: State, cfg: RunConfig) -> Literal["generate", "flare", "r
 
 def after_refine(state: State, cfg: RunConfig) -> Literal["generate", "flare", "abstain"]:
     """Refinement that failed (the reranker raised) abstains; otherwise the answer is written."""
-    return "abstain" if state.get("failure") else answer(cfg)
+    return "abstain" if failed(state) else answer(cfg)
 
 
 def after_rewrite(state: State) -> Literal["retrieve", "abstain"]:
     """A rewrite that raised, came back empty or unchanged abstains; otherwise retrieve again."""
-    return "abstain" if state.get("failure") else "retrieve"
+    return "abstain" if failed(state) else "retrieve"
 
 
 def after_generate(state: State) -> Literal["abstain", "__end__"]:
     """Generation that failed (or, in FLARE mode, asserted no sentence) abstains instead of an ungrounded answer."""
-    return "abstain" if state.get("failure") else "__end__"
+    return "abstain" if failed(state) else "__end__"
 
 
 def after_draft(state: FlareState, cfg: RunConfig) -> Literal["lookup", "compose", "abstain"]:
@@ -53,7 +59,7 @@ def after_draft(state: FlareState, cfg: RunConfig) -> Literal["lookup", "compose
 
     At the cap the uncertain sentence is left out (never asserted unsearched), and writing stops there.
     """
-    if state.get("failure"):
+    if failed(state):
         return "abstain"
     if state.get("pending") is not None and len(state.get("flare") or []) < cfg.flare_max_retrievals:
         return "lookup"
@@ -65,7 +71,7 @@ def after_lookup(state: FlareState) -> Literal["admit", "drop", "abstain"]:
 
     A search or grading that failed has no band: its sentence is dropped too.
     """
-    if state.get("failure"):
+    if failed(state):
         return "abstain"
     retrievals = state.get("flare") or []
     band = retrievals[-1]["band"] if retrievals else None
@@ -74,4 +80,4 @@ def after_lookup(state: FlareState) -> Literal["admit", "drop", "abstain"]:
 
 def after_admit(state: FlareState) -> Literal["draft", "abstain"]:
     """Evidence that could not be refined (the reranker raised) abstains; otherwise the sentence is written again."""
-    return "abstain" if state.get("failure") else "draft"
+    return "abstain" if failed(state) else "draft"

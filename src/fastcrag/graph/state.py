@@ -17,6 +17,15 @@ FlareAction = Literal["add", "refine", "drop"]
 """What an active retrieval did: CORRECT evidence added, AMBIGUOUS evidence refined and added, or INCORRECT (or a
 failed search): the sentence dropped, never asserted."""
 Stage = Literal["retrieve_ms", "rerank_ms", "crag_ms", "generate_ms", "flare_ms"]
+FailureCode = Literal["settings", "question", "retrieval", "grading", "rewrite", "generation", "unsupported", "run"]
+"""Why a run cannot answer, by kind: its settings, the question, a part that failed, FLARE's refusal, the server."""
+
+
+class Failure(TypedDict):
+    """A failure: its kind, which routing reads, and the message the trace carries (`crag.failure`)."""
+
+    code: FailureCode
+    message: str
 
 
 class Candidate(TypedDict):
@@ -172,6 +181,8 @@ class Trace(TypedDict):
     """Stage times of this question."""
     failure: str | None
     """Why the run abstained without grading or answering (a fault, an unusable question), else None."""
+    failure_code: FailureCode | None
+    """That failure's kind (`FailureCode`), else None."""
     question: str | None
     """The question graded and answered (standalone, for a chat turn)."""
     conversation: str | None
@@ -247,7 +258,7 @@ class PerQuestion(TypedDict, total=False):
     """The path's action, recorded by the node that took it (grade with CRAG off, refine, rewrite)."""
     conversation: str | None
     """For chat input with earlier turns: how the question was made standalone, or why it was not."""
-    failure: str | None
+    failure: Failure | None
     """Why the run cannot answer (a fault, an unusable question); every route sends it to `abstain`."""
     timings: dict[str, float]
     """This question's milliseconds per stage so far: each timed node writes the totals with its own time added."""
@@ -304,8 +315,5 @@ class FlareOutput(OutputState, total=False):
     """What the FLARE subgraph hands back to the graph: the answer (or abstention) and the fields it changed."""
 
     context: list[Passage]
-    """The context with the evidence FLARE added."""
-    failure: str | None
-    """Why the answer abstained, if it did."""
+    failure: Failure | None
     timings: dict[str, float]
-    """The question's stage times, FLARE's added."""
