@@ -30,10 +30,10 @@ from fastcrag.config.settings import Context, RunConfig, Settings, as_context, i
 from fastcrag.generation.chat import load_chat_model
 from fastcrag.generation.extractive import ExtractiveGenerator
 from fastcrag.generation.flare import FlareWriter, unsupported
-from fastcrag.generation.generators import ChatGenerator, Generator
+from fastcrag.generation.generators import ChatBacked, ChatGenerator, Generator
 from fastcrag.grading.reranker import Reranker, calibration_for, default_reranker_spec, load_reranker
 from fastcrag.retrieval.embeddings import default_embeddings
-from fastcrag.retrieval.hybrid import HybridRetriever, SearchableStore
+from fastcrag.retrieval.hybrid import HybridRetriever, RoutedSearch, SearchableStore
 from fastcrag.retrieval.indexing import ensure_default_index
 from fastcrag.retrieval.store import FaissStore
 
@@ -46,7 +46,7 @@ class Components:
     def __init__(
         self,
         settings: Settings | None = None,
-        retriever: BaseRetriever | VectorStore | None = None,
+        retriever: BaseRetriever | VectorStore | RoutedSearch | None = None,
         reranker: Reranker | str | None = None,
         llm: BaseChatModel | Generator | str | None = None,
         calibration: Calibration | Path | None = None,
@@ -67,17 +67,20 @@ class Components:
             part = self._loaded.setdefault(key, Lazy(load))  # atomic: racing threads share one `Lazy`
         return part.get()
 
-    def retriever(self) -> BaseRetriever:
+    def retriever(self) -> BaseRetriever | RoutedSearch:
         """The retriever: a `HybridRetriever` in the configured mode over a FAISS or Postgres store, or the given one.
+
+        A given retriever is a LangChain one, or any object searching by route (`RoutedSearch`), which the graph asks
+        as it asks a `HybridRetriever`.
 
         With no retriever or store given: the Postgres collection when `FASTRAG_STORE` is a Postgres URL, else the
         configured or embedded FAISS index.
         """
         return self._once("retriever", self._load_retriever)  # type: ignore[no-any-return]
 
-    def _load_retriever(self) -> BaseRetriever:
+    def _load_retriever(self) -> BaseRetriever | RoutedSearch:
         given = self._retriever
-        if isinstance(given, BaseRetriever):
+        if isinstance(given, BaseRetriever | RoutedSearch):
             return given
         if given is None:
             s = self.settings
@@ -188,7 +191,7 @@ class Components:
 
     def _load_writer(self) -> FlareWriter:
         generator = self.generator()
-        if not isinstance(generator, ChatGenerator):  # unsupported() said it is one
+        if not isinstance(generator, ChatBacked):  # unsupported() said it is one
             raise ValueError(unsupported(generator) or "no chat model")
         return FlareWriter(generator.llm, self.settings.llm_timeout_s)
 
@@ -235,5 +238,6 @@ class Components:
         """
         self.calibration()
         self.generator()
-        self.retriever().invoke("warm-up")
+        retriever = self.retriever()
+        retriever.search("warm-up") if isinstance(retriever, RoutedSearch) else retriever.invoke("warm-up")
         self.reranker().score("warm-up", ["warm-up"])

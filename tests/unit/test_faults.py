@@ -117,6 +117,7 @@ def test_lone_surrogates_and_huge_questions() -> None:
     assert _graph.invoke({"question": "Eiffel \ud800 tower?"})["crag"]["action"] == "generate"
     out = _graph.invoke({"question": "Eiffel " * 20_000})
     assert out["crag"]["action"] == "abstain" and "longer than" in out["crag"]["failure"]
+    assert out["crag"]["failure_code"] == "question"
 
 
 @settings(max_examples=100, deadline=None)

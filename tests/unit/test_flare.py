@@ -60,41 +60,44 @@ def flare_count(action: str) -> float:
     return REGISTRY.get_sample_value("crag_actions_total", {"action": f"flare_{action}"}) or 0.0
 
 
-def test_graph_draws_the_flare_edges() -> None:
+def test_graph_draws_the_flare_subgraph() -> None:
     graph = build_graph(
         retriever=ListRetriever(docs=[]), reranker=ScriptedReranker({}), llm=LogprobChat(), calibration=CAL
     )
-    mermaid = graph.get_graph().draw_mermaid()
-    for node in ("draft", "lookup", "admit", "drop", "compose"):
-        assert f"\t{node}({node})" in mermaid
+    assert "\tflare(flare)" in graph.get_graph().draw_mermaid()  # one node of the graph
+    mermaid = graph.get_graph(xray=True).draw_mermaid()  # as Studio draws it: the subgraph's own nodes
+    for node in ("draft", "lookup", "admit", "drop", "compose", "abstain"):
+        assert f"\tflare\\3a{node}({node})" in mermaid
     for edge in (
-        "grade -.-> draft",
-        "refine -.-> draft",
-        "draft -.-> lookup",
-        "draft -.-> compose",
-        "draft -.-> abstain",
-        "lookup -.-> admit",
-        "lookup -.-> drop",
-        "admit -.-> draft",
-        "drop --> draft",
-        "compose -.-> __end__",
-        "compose -.-> abstain",
+        "grade -.-> flare:__start__",
+        "refine -.-> flare:__start__",
+        "flare:__start__ --> flare:draft",
+        "flare:draft -.-> flare:lookup",
+        "flare:draft -.-> flare:compose",
+        "flare:draft -.-> flare:abstain",
+        "flare:lookup -.-> flare:admit",
+        "flare:lookup -.-> flare:drop",
+        "flare:admit -.-> flare:draft",
+        "flare:drop --> flare:draft",
+        "flare:compose -.-> flare:__end__",
+        "flare:compose -.-> flare:abstain",
+        "flare:__end__ --> __end__",
     ):
-        assert edge in mermaid
+        assert edge.replace(":", "\\3a") in mermaid
 
 
 def test_routing_picks_the_answer_node_by_mode() -> None:
     crag = resolve(Settings(), (LOWER, UPPER), Context())
     flare = resolve(Settings(), (LOWER, UPPER), Context(mode="flare"), flare_threshold=THRESHOLD)
     assert routing.after_grade({"band": "CORRECT"}, crag) == "generate"
-    assert routing.after_grade({"band": "CORRECT"}, flare) == "draft"
+    assert routing.after_grade({"band": "CORRECT"}, flare) == "flare"
     assert routing.after_grade({"band": "AMBIGUOUS"}, flare) == "refine"
-    assert routing.after_refine({}, flare) == "draft" and routing.after_refine({}, crag) == "generate"
+    assert routing.after_refine({}, flare) == "flare" and routing.after_refine({}, crag) == "generate"
     assert (
         routing.after_grade(
             {"band": "AMBIGUOUS"}, resolve(Settings(), (LOWER, UPPER), Context(mode="flare", crag_enabled=False))
         )
-        == "draft"
+        == "flare"
     )
     plain = resolve(Settings(), (LOWER, UPPER), Context(mode="flare", crag_enabled=False, plain=True))
     assert routing.after_grade({"band": "INCORRECT"}, plain) == "generate"  # plain RAG grades nothing: no FLARE

@@ -43,7 +43,7 @@ def make(
 
 def test_graph_shape_matches_snapshot() -> None:
     graph, *_ = make({})
-    mermaid = graph.get_graph().draw_mermaid()
+    mermaid = graph.get_graph(xray=True).draw_mermaid()  # both modes: CRAG's nodes and the FLARE subgraph's
     for node in ("retrieve", "grade", "refine", "rewrite", "generate", "abstain"):
         assert f"\t{node}({node})" in mermaid
     for edge in (
@@ -337,13 +337,16 @@ def test_plain_rag_still_abstains_on_failures() -> None:
     graph, *_ = make({"Eiffel": 0.9}, docs=[], crag_enabled=False, plain=True)
     out = graph.invoke({"question": "q"})
     assert out["crag"]["action"] == "abstain" and "retrieval returned no passage" in out["crag"]["failure"]
+    assert out["crag"]["failure_code"] == "generation"  # the message for people, its kind beside it
     graph, *_ = make(
         {"Eiffel": 0.9}, retriever=ListRetriever(docs=[], error="index offline"), crag_enabled=False, plain=True
     )
     out = graph.invoke({"question": "q"})
     assert out["crag"]["action"] == "abstain" and "index offline" in out["crag"]["failure"]
+    assert out["crag"]["failure_code"] == "retrieval"
     graph, *_ = make({"Eiffel": 0.9}, chat=FakeChat(answer_error="llm down"), crag_enabled=False, plain=True)
     assert graph.invoke({"question": "q"})["crag"]["action"] == "abstain"
+    assert make({"Eiffel": 0.9})[0].invoke({"question": "q"})["crag"]["failure_code"] is None
 
 
 @pytest.mark.parametrize(
@@ -364,7 +367,8 @@ def test_after_grade_routes_each_band(mode: dict[str, Any], expected: dict[str, 
     cfg = resolve(Settings(), (LOWER, UPPER), Context(**mode))
     for band, node in expected.items():
         assert routing.after_grade({"band": band}, cfg) == node
-        assert routing.after_grade({"band": band, "failure": "boom"}, cfg) == "abstain"
+        failed: Any = {"band": band, "failure": {"code": "grading", "message": "boom"}}
+        assert routing.failed(failed) == "grading" and routing.after_grade(failed, cfg) == "abstain"
     assert routing.after_grade({"band": None}, cfg) == "abstain"
 
 

@@ -370,6 +370,7 @@ def test_a_failing_checkpointer_abstains_without_the_password(tmp_path: Path) ->
         out = resp.json()
         assert out["answer"] == "I don't know." and out["citations"] == [] and out["crag"]["action"] == "abstain"
         assert out["crag"]["failure"].startswith("the run failed: ConnectionError")
+        assert out["crag"]["failure_code"] == "run"
         assert "s3cret-password" not in resp.text and "***" in out["crag"]["failure"]
         assert client.post("/runs/wait", json=RUN).json()["crag"]["action"] == "generate"  # still serving
         metrics = client.get("/metrics").text

@@ -23,7 +23,7 @@ from fastcrag.datasets import (
 )
 from fastcrag.evaluation.runlog import config_hash
 from fastcrag.fitting.calibrate import build_corpus_store
-from fastcrag.generation.generators import ChatGenerator
+from fastcrag.generation.generators import ChatBacked
 from fastcrag.grading.reranker import Reranker, calibration_for, default_reranker_spec, load_reranker
 from fastcrag.retrieval.embeddings import default_embeddings
 from fastcrag.retrieval.store import FORMAT_VERSION, FaissStore, IndexLoadError
@@ -185,7 +185,7 @@ def set_threads(threads: int, parts: Components | None = None) -> None:
     torch.set_num_threads(threads)
     if parts is not None:
         generator = parts.generator()
-        if isinstance(generator, ChatGenerator) and hasattr(generator.llm, "n_threads"):
+        if isinstance(generator, ChatBacked) and hasattr(generator.llm, "n_threads"):
             generator.llm.n_threads = threads  # read when llama.cpp loads, on first use
 
 

@@ -55,7 +55,7 @@ from fastcrag.fitting.questions import (
 )
 from fastcrag.generation.chat import load_chat_model
 from fastcrag.grading.reranker import BI_ENCODER, CachingReranker, default_reranker_spec, load_reranker
-from fastcrag.retrieval.hybrid import HybridRetriever
+from fastcrag.retrieval.hybrid import RoutedSearch
 from fastcrag.retrieval.store import IndexLoadError
 
 PSEUDO_QUESTIONS = 200
@@ -130,7 +130,7 @@ class FitResult:
     notes: list[str]
 
 
-def open_retriever(opts: FitOptions, settings: Settings) -> tuple[HybridRetriever, Any]:
+def open_retriever(opts: FitOptions, settings: Settings) -> tuple[RoutedSearch, Any]:
     """The first pass `fastcrag ask` runs over the same index (the same `Components`), and the store under it.
 
     Raises:
@@ -147,10 +147,12 @@ def open_retriever(opts: FitOptions, settings: Settings) -> tuple[HybridRetrieve
         retriever = Components(located).retriever()
     except IndexLoadError as exc:
         raise FitError(str(exc)) from None
-    assert isinstance(retriever, HybridRetriever)  # a FAISS folder or a Postgres collection is always searchable
-    if len(retriever.store) == 0:  # type: ignore[arg-type]
+    store = getattr(retriever, "store", None)  # a FAISS folder or a Postgres collection: a store searched by route
+    if not isinstance(retriever, RoutedSearch) or store is None:
+        raise FitError("the index gives no retriever that searches by route over its store")
+    if len(store) == 0:
         raise FitError("the index holds no chunks; index documents first")
-    return retriever, retriever.store
+    return retriever, store
 
 
 def fine_tune_grader(
@@ -508,7 +510,7 @@ def _kinds(opts: FitOptions) -> str:
 
 
 def _pseudo_items(
-    opts: FitOptions, store: Any, retriever: HybridRetriever, top_k: int, log: Callable[[str], None]
+    opts: FitOptions, store: Any, retriever: RoutedSearch, top_k: int, log: Callable[[str], None]
 ) -> list[Labelled]:
     """The pseudo-questions of the fit, first-passed and labelled (none with `--pseudo 0`)."""
     if not opts.pseudo:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from tqdm import tqdm
 
 from fastcrag.fitting.questions import FitQuestion
-from fastcrag.retrieval.hybrid import HybridRetriever, chunk_key
+from fastcrag.retrieval.hybrid import RoutedSearch, chunk_key
 from fastcrag.retrieval.text import normalise
 
 EXTRA_DEPTH = 10
@@ -77,7 +77,7 @@ Judge = Callable[[str, Sequence[str]], list[bool | None]]
 
 
 def first_pass(
-    retriever: HybridRetriever,
+    retriever: RoutedSearch,
     questions: Sequence[FitQuestion],
     top_k: int,
     progress: bool,

@@ -32,7 +32,7 @@ from fastcrag.fitting.calibrate import Observation
 from fastcrag.fitting.labels import EXTRA_DEPTH, Candidate, Labelled
 from fastcrag.fitting.questions import FitQuestion
 from fastcrag.grading.onnx_grader import sigmoid
-from fastcrag.retrieval.hybrid import HybridRetriever, chunk_key
+from fastcrag.retrieval.hybrid import RoutedSearch, chunk_key
 from fastcrag.retrieval.structure import prose
 from fastcrag.retrieval.text import body_sentences, normalise, split_sentences, split_title, titled
 
@@ -156,7 +156,7 @@ def cut_sentence(text: str, sentence: str) -> str:
 
 
 def pseudo_first_pass(
-    retriever: HybridRetriever, questions: Sequence[PseudoQuestion], top_k: int, progress: bool
+    retriever: RoutedSearch, questions: Sequence[PseudoQuestion], top_k: int, progress: bool
 ) -> list[Labelled]:
     """Retrieve each pseudo-question as `ask` does and label its candidates, with its gold-removed twin.
 

@@ -18,8 +18,7 @@ from pydantic import BaseModel, Field
 
 from fastcrag.generation import prompts
 from fastcrag.generation.chat import LlamaCppChat
-from fastcrag.generation.extractive import ExtractiveGenerator
-from fastcrag.generation.generators import NOSTREAM, ChatGenerator, structured_call, with_timeout
+from fastcrag.generation.generators import NOSTREAM, ChatBacked, structured_call, with_timeout
 
 MODE = "mode flare (FASTRAG_MODE=flare)"
 LOGPROB_PROVIDERS = ("openai", "llamacpp")
@@ -72,9 +71,9 @@ def unsupported(llm: Any) -> str | None:
             f"(FASTRAG_LLM={llm}) returns none that fastcrag reads; use openai:MODEL (OpenAI, or a server that speaks "
             "its API and returns `logprobs`) or llamacpp:GGUF"
         )
-    if isinstance(llm, ExtractiveGenerator):
+    if getattr(llm, "extractive", False):  # a generator that declares it quotes: it writes no tokens
         return EXTRACTIVE
-    if isinstance(llm, ChatGenerator):
+    if isinstance(llm, ChatBacked):
         llm = llm.llm
     if isinstance(llm, BaseChatModel):
         if "logprobs" in type(llm).model_fields:

@@ -6,7 +6,7 @@ import concurrent.futures
 import contextvars
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, Field
@@ -62,6 +62,13 @@ class Generator(Protocol):
     def standalone(self, history: Sequence[tuple[str, str]], question: str) -> str:
         """`question` made understandable without `history` ((role, text) turns before it)."""
         ...
+
+
+@runtime_checkable
+class ChatBacked(Protocol):
+    """A generator that writes with a LangChain chat model, `llm`: FLARE drafts with it (`ChatGenerator` is one)."""
+
+    llm: BaseChatModel
 
 
 def structured_call(llm: BaseChatModel, schema: type[Schema], messages: list[Any], timeout: float | None) -> Schema:

@@ -31,12 +31,13 @@ from fastcrag.graph.nodes import (
     retrieve,
     rewrite,
 )
-from fastcrag.graph.state import InputState, OutputState, State
+from fastcrag.graph.state import FlareOutput, FlareState, InputState, OutputState, State
+from fastcrag.retrieval.hybrid import RoutedSearch
 
 
 def build_graph(
     *,
-    retriever: BaseRetriever | VectorStore | None = None,
+    retriever: BaseRetriever | VectorStore | RoutedSearch | None = None,
     reranker: Reranker | str | None = None,
     llm: BaseChatModel | Generator | str | None = None,
     calibration: Calibration | Path | None = None,
@@ -47,12 +48,13 @@ def build_graph(
     """Compile the CRAG graph; any part left out comes from the `FASTRAG_*` settings, loaded on first use.
 
     The graph holds both modes: a run's `mode` (`FASTRAG_MODE`, or the run's context) routes the answer to
-    `generate` (CRAG) or to FLARE's `draft` -> `lookup` -> `admit` | `drop` -> ... -> `compose`. A caller that also
+    `generate` (CRAG) or to the `flare` subgraph (`build_flare`). A caller that also
     needs the parts themselves (to warm them up, read the grader's name, clear its cache) builds `Components` first
     and passes them as `parts`; the compiled graph carries nothing else.
 
     Args:
-        retriever: A LangChain retriever or vector store; the configured FAISS index when None.
+        retriever: A LangChain retriever or vector store, or any retriever searching by route (`RoutedSearch`); the
+            configured FAISS index when None.
         reranker: A `Reranker`, or a spec (folder, model name, `bi-encoder`).
         llm: A LangChain chat model, a `Generator`, `extractive`, or a `provider:model` spec.
         calibration: Thresholds, or the calibration.json to read them from.
@@ -74,22 +76,13 @@ def build_graph(
     if parts.settings.mode == "flare" and (why := parts.flare_unsupported()):
         raise ValueError(why)
 
-    def route_after_grade(
+    def route_after_grade(  # a failure (settings that could not be resolved among them) leaves nothing to route on
         state: State, runtime: Runtime[Context]
-    ) -> Literal["generate", "draft", "refine", "rewrite", "abstain"]:
-        if state.get("failure"):  # includes settings that could not be resolved: nothing to route on
-            return "abstain"
-        return routing.after_grade(state, parts.run_config(runtime.context))
+    ) -> Literal["generate", "flare", "refine", "rewrite", "abstain"]:
+        return "abstain" if routing.failed(state) else routing.after_grade(state, parts.run_config(runtime.context))
 
-    def route_after_refine(state: State, runtime: Runtime[Context]) -> Literal["generate", "draft", "abstain"]:
-        if state.get("failure"):
-            return "abstain"
-        return routing.after_refine(state, parts.run_config(runtime.context))
-
-    def route_after_draft(state: State, runtime: Runtime[Context]) -> Literal["lookup", "compose", "abstain"]:
-        if state.get("failure"):
-            return "abstain"
-        return routing.after_draft(state, parts.run_config(runtime.context))
+    def route_after_refine(state: State, runtime: Runtime[Context]) -> Literal["generate", "flare", "abstain"]:
+        return "abstain" if routing.failed(state) else routing.after_refine(state, parts.run_config(runtime.context))
 
     builder = StateGraph(State, context_schema=Context, input_schema=InputState, output_schema=OutputState)
     builder.add_node("retrieve", retrieve.make(parts))
@@ -98,12 +91,7 @@ def build_graph(
     builder.add_node("rewrite", rewrite.make(parts))
     builder.add_node("generate", generate.make(parts))
     builder.add_node("abstain", abstain.make(parts))
-    # FLARE mode: the answer sentence by sentence, with active retrieval for the uncertain ones
-    builder.add_node("draft", draft.make(parts))
-    builder.add_node("lookup", lookup.make(parts))
-    builder.add_node("admit", admit.make(parts))
-    builder.add_node("drop", drop.make(parts))
-    builder.add_node("compose", compose.make(parts))
+    builder.add_node("flare", build_flare(parts))  # FLARE mode, a subgraph with its own state
     builder.add_edge(START, "retrieve")
     builder.add_edge("retrieve", "grade")
     builder.add_conditional_edges("grade", route_after_grade)
@@ -111,9 +99,32 @@ def build_graph(
     builder.add_conditional_edges("rewrite", routing.after_rewrite)
     builder.add_conditional_edges("generate", routing.after_generate)
     builder.add_edge("abstain", END)
-    builder.add_conditional_edges("draft", route_after_draft)
-    builder.add_conditional_edges("lookup", routing.after_lookup)
-    builder.add_conditional_edges("admit", routing.after_admit)
-    builder.add_edge("drop", "draft")
-    builder.add_conditional_edges("compose", routing.after_generate)
+    builder.add_edge("flare", END)
     return builder.compile(checkpointer=checkpointer, name="crag")
+
+
+def build_flare(parts: Components) -> CompiledStateGraph[FlareState, Context, State, FlareOutput]:
+    """FLARE mode as a subgraph: `draft` -> `lookup` -> `admit` | `drop` -> `draft` ... -> `compose` | `abstain`.
+
+    It takes the graph's state, keeps its own fields (`FlareState`) for the one answer it writes, and hands back the
+    answer or the abstention (`FlareOutput`).
+    """
+
+    def route_after_draft(state: FlareState, runtime: Runtime[Context]) -> Literal["lookup", "compose", "abstain"]:
+        return "abstain" if routing.failed(state) else routing.after_draft(state, parts.run_config(runtime.context))
+
+    flare = StateGraph(FlareState, context_schema=Context, input_schema=State, output_schema=FlareOutput)
+    flare.add_node("draft", draft.make(parts))
+    flare.add_node("lookup", lookup.make(parts))
+    flare.add_node("admit", admit.make(parts))
+    flare.add_node("drop", drop.make(parts))
+    flare.add_node("compose", compose.make(parts))
+    flare.add_node("abstain", abstain.make(parts))
+    flare.add_edge(START, "draft")
+    flare.add_conditional_edges("draft", route_after_draft)
+    flare.add_conditional_edges("lookup", routing.after_lookup)
+    flare.add_conditional_edges("admit", routing.after_admit)
+    flare.add_edge("drop", "draft")
+    flare.add_conditional_edges("compose", routing.after_generate)
+    flare.add_edge("abstain", END)
+    return flare.compile(name="flare")

@@ -33,14 +33,15 @@ def start(state: State, parts: Components, context: Any) -> State:
     try:
         cfg = parts.run_config(context)
     except Exception as exc:  # the reason travels in the trace; abstain needs no settings to answer
-        return fresh | {"failure": str(exc)}
+        return fresh | {"failure": {"code": "settings", "message": str(exc)}}
     question, conversation = standalone(state, parts, cfg, clean_text(question_of(state)).strip())
     fresh |= {"question": question, "conversation": conversation}
     limit = cfg.max_question_chars
     if not question:
-        return fresh | {"failure": "the question is empty"}
+        return fresh | {"failure": {"code": "question", "message": "the question is empty"}}
     if len(question) > limit:
-        return fresh | {"failure": f"the question is longer than {limit} characters (FASTRAG_MAX_QUESTION_CHARS)"}
+        why = f"the question is longer than {limit} characters (FASTRAG_MAX_QUESTION_CHARS)"
+        return fresh | {"failure": {"code": "question", "message": why}}
     return fresh | {"query": question}
 
 

@@ -17,6 +17,15 @@ FlareAction = Literal["add", "refine", "drop"]
 """What an active retrieval did: CORRECT evidence added, AMBIGUOUS evidence refined and added, or INCORRECT (or a
 failed search): the sentence dropped, never asserted."""
 Stage = Literal["retrieve_ms", "rerank_ms", "crag_ms", "generate_ms", "flare_ms"]
+FailureCode = Literal["settings", "question", "retrieval", "grading", "rewrite", "generation", "unsupported", "run"]
+"""Why a run cannot answer, by kind: its settings, the question, a part that failed, FLARE's refusal, the server."""
+
+
+class Failure(TypedDict):
+    """A failure: its kind, which routing reads, and the message the trace carries (`crag.failure`)."""
+
+    code: FailureCode
+    message: str
 
 
 class Candidate(TypedDict):
@@ -172,6 +181,8 @@ class Trace(TypedDict):
     """Stage times of this question."""
     failure: str | None
     """Why the run abstained without grading or answering (a fault, an unusable question), else None."""
+    failure_code: FailureCode | None
+    """That failure's kind (`FailureCode`), else None."""
     question: str | None
     """The question graded and answered (standalone, for a chat turn)."""
     conversation: str | None
@@ -247,20 +258,10 @@ class PerQuestion(TypedDict, total=False):
     """The path's action, recorded by the node that took it (grade with CRAG off, refine, rewrite)."""
     conversation: str | None
     """For chat input with earlier turns: how the question was made standalone, or why it was not."""
-    failure: str | None
+    failure: Failure | None
     """Why the run cannot answer (a fault, an unusable question); every route sends it to `abstain`."""
     timings: dict[str, float]
     """This question's milliseconds per stage so far: each timed node writes the totals with its own time added."""
-    sentences: list[str]
-    """FLARE: the sentences kept for the answer so far (confident, or written again on graded evidence)."""
-    ahead: list[Sentence] | None
-    """FLARE: sentences the last draft wrote that are not checked yet; None: the next `draft` asks the chat model."""
-    pending: Sentence | None
-    """FLARE: the uncertain sentence being searched for; after its evidence is added, `draft` writes it again."""
-    found: list[Candidate]
-    """FLARE: what the current active retrieval found, graded, best first."""
-    flare: list[ActiveRetrieval]
-    """FLARE: the active retrievals so far (their number is capped by `FASTRAG_FLARE_MAX_RETRIEVALS`)."""
 
 
 PER_QUESTION: PerQuestion = {
@@ -279,11 +280,6 @@ PER_QUESTION: PerQuestion = {
     "conversation": None,
     "failure": None,
     "timings": {},
-    "sentences": [],
-    "ahead": None,
-    "pending": None,
-    "found": [],
-    "flare": [],
 }
 """Each per-question field's value before the question's first step (`fresh_question` hands out a copy)."""
 
@@ -298,3 +294,26 @@ class State(InputState, OutputState, PerQuestion, total=False):
 
     The caller's input and the output it gets back, and the fields of the current question (`PerQuestion`).
     """
+
+
+class FlareState(State, total=False):
+    """FLARE mode's subgraph state: the graph's fields, and its own, which start empty at each answer it writes."""
+
+    sentences: list[str]
+    """The sentences kept for the answer so far (confident, or written again on graded evidence)."""
+    ahead: list[Sentence] | None
+    """Sentences the last draft wrote that are not checked yet; None: the next `draft` asks the chat model."""
+    pending: Sentence | None
+    """The uncertain sentence being searched for; after its evidence is added, `draft` writes it again."""
+    found: list[Candidate]
+    """What the current active retrieval found, graded, best first."""
+    flare: list[ActiveRetrieval]
+    """The active retrievals so far (their number is capped by `FASTRAG_FLARE_MAX_RETRIEVALS`)."""
+
+
+class FlareOutput(OutputState, total=False):
+    """What the FLARE subgraph hands back to the graph: the answer (or abstention) and the fields it changed."""
+
+    context: list[Passage]
+    failure: Failure | None
+    timings: dict[str, float]

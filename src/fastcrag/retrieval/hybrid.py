@@ -92,6 +92,29 @@ class SearchableStore(Protocol):
         ...
 
 
+@runtime_checkable
+class RoutedSearch(Protocol):
+    """A retriever that searches by route (dense, lexical, hybrid) to a depth it is given; the graph grades `k`.
+
+    `HybridRetriever` is one; any retriever with these takes the same path (a keyword rewrite is searched lexically).
+    """
+
+    k: int
+
+    def search(self, query: str, mode: Mode | None = None, k: int | None = None) -> tuple[list[Document], str]:
+        """The `k` (default `self.k`) best documents for `query` by `mode` (default its own), and the route taken."""
+        ...
+
+
+@runtime_checkable
+class TermWeights(Protocol):
+    """A retriever that weighs words by their rarity in its corpus (the keyword rewrite keeps the rare ones)."""
+
+    def idf(self) -> Callable[[str], float] | None:
+        """A word's inverse document frequency, or None when the weights are unusable."""
+        ...
+
+
 class HybridRetriever(BaseRetriever):
     """The `k` best chunks for a query by `mode`; each document's metadata carries `route`, the mode that ran.
 

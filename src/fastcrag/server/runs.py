@@ -41,8 +41,10 @@ RUN_METADATA = {"graph_id": GRAPH_ID, "assistant_id": ASSISTANT_ID}
 def failure_output(service: Service, plan: RunPlan, reason: str) -> dict[str, Any]:
     """The graph's abstention for a run that could not finish (counted like any abstention), with its messages."""
     messages = plan.input.get("messages")
-    state: State = {"failure": reason, "messages": messages} if messages else {"failure": reason}
-    out = abstention(service.parts, state, plan.context)
+    state: State = {"failure": {"code": "run", "message": reason}}
+    if messages:
+        state["messages"] = messages
+    out: dict[str, Any] = {**abstention(service.parts, state, plan.context)}
     if messages:
         out["messages"] = [*messages, *out["messages"]]
     return out

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
-Node = Callable[..., dict[str, Any]]
-"""A node function: `(state, *, runtime) -> partial state update`."""
+from fastcrag.graph.state import State
+
+Node = Callable[..., State]
+"""A node function: `(state, *, runtime) -> partial state update` (a `State` of the keys it sets)."""

@@ -10,11 +10,11 @@ from fastcrag import metrics
 from fastcrag.components import Components
 from fastcrag.config.settings import Context, RunConfig
 from fastcrag.graph.nodes import Node
-from fastcrag.graph.nodes.stage import reply, trace
+from fastcrag.graph.nodes.stage import S, reply, trace
 from fastcrag.graph.state import State
 
 
-def abstention(parts: Components, state: State, context: Any) -> dict[str, Any]:
+def abstention(parts: Components, state: State, context: Any) -> State:
     """The abstention result: the message, no citations, the trace (counted as an `abstain` action).
 
     The abstain node returns it, and a server returns it for a run that could not finish (`state` then holds only
@@ -29,18 +29,14 @@ def abstention(parts: Components, state: State, context: Any) -> dict[str, Any]:
     message = cfg.abstain_message if cfg else parts.settings.abstain_message
     timings = dict(state.get("timings") or {})
     metrics.record("abstain", timings)
-    return {
-        **reply(state, message),
-        "answer": message,
-        "citations": [],
-        "crag": trace(state, "abstain", timings, parts, cfg),
-    }
+    out: State = {"answer": message, "citations": [], "crag": trace(state, "abstain", timings, parts, cfg)}
+    return reply(state, message) | out
 
 
 def make(parts: Components) -> Node:
     """Build the node over `parts`."""
 
-    def abstain(state: State, *, runtime: Runtime[Context]) -> dict[str, Any]:
+    def abstain(state: S, *, runtime: Runtime[Context]) -> State:
         """Answer with the abstention message and no citations."""
         return abstention(parts, state, runtime.context)
 

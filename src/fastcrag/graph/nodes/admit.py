@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from fastcrag import metrics
 from fastcrag.components import Components
@@ -11,10 +10,10 @@ from fastcrag.graph.nodes import Node
 from fastcrag.graph.nodes.lookup import SentenceEvidence
 from fastcrag.graph.nodes.refine import strips, usable
 from fastcrag.graph.nodes.stage import Run, stage
-from fastcrag.graph.state import ActiveRetrieval, FlareAction, State
+from fastcrag.graph.state import ActiveRetrieval, FlareAction, FlareState
 
 
-def admit(state: State, run: Run) -> dict[str, Any]:
+def admit(state: FlareState, run: Run) -> FlareState:
     """Add the evidence (AMBIGUOUS refined into strips) and have the sentence written again.
 
     Strips are kept as `refine` keeps them, graded as the lookup graded (`SentenceEvidence`). Candidates below
@@ -25,7 +24,7 @@ def admit(state: State, run: Run) -> dict[str, Any]:
     cfg = run.cfg
     retrievals: list[ActiveRetrieval] = list(state.get("flare") or [])
     if not retrievals:  # routing sends only a graded active retrieval here
-        return {"failure": "no active retrieval to admit"}
+        return {"failure": {"code": "generation", "message": "no active retrieval to admit"}}
     entry = retrievals[-1]
     found = list(state.get("found") or [])
     kept = usable(found, cfg.reranker_threshold)
@@ -37,7 +36,7 @@ def admit(state: State, run: Run) -> dict[str, Any]:
             grader = SentenceEvidence(run.parts.reranker(), str(state["question"]), cfg.condition_factor)
             passages = strips(grader, entry["query"], found, cfg)[0] or kept
         except Exception as exc:
-            return {"failure": f"refinement failed: {exc}"}
+            return {"failure": {"code": "grading", "message": f"refinement failed: {exc}"}}
         refine_ms = round((time.perf_counter() - started) * 1000, 3)
     context = list(state.get("context") or [])
     have = {(p.get("chunk_id"), p.get("text")) for p in context}

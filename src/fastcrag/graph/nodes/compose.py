@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastcrag import metrics
 from fastcrag.components import Components
 from fastcrag.graph.nodes import Node
 from fastcrag.graph.nodes.stage import Run, reply, stage, trace
-from fastcrag.graph.state import Citation, State
+from fastcrag.graph.state import Citation, FlareState, State
 
 
-def compose(state: State, run: Run) -> dict[str, Any]:
+def compose(state: FlareState, run: Run) -> State:
     """Join the kept sentences; cite every passage of the context (as the chat generator does).
 
     No kept sentence is a `failure` (routed to abstain): nothing was asserted.
@@ -20,10 +18,9 @@ def compose(state: State, run: Run) -> dict[str, Any]:
     retrievals = state.get("flare") or []
     if not sentences:
         dropped = sum(1 for r in retrievals if r["action"] == "drop")
-        return {
-            "failure": f"FLARE asserted no sentence ({dropped} dropped after their evidence graded INCORRECT or "
-            "could not be searched; an uncertain one left at the retrieval cap is never asserted)"
-        }
+        why = f"FLARE asserted no sentence ({dropped} dropped after their evidence graded INCORRECT or could not be "
+        why += "searched; an uncertain one left at the retrieval cap is never asserted)"
+        return {"failure": {"code": "generation", "message": why}}
     if state.get("pending") is not None:
         stop = "retrieval cap"
     elif state.get("ahead"):
@@ -38,12 +35,12 @@ def compose(state: State, run: Run) -> dict[str, Any]:
     timings = run.timings()
     action = state.get("action") or "generate"
     metrics.record(action, timings)
-    return {
+    out: State = {
         "answer": text,
         "citations": citations,
         "crag": trace(state, action, timings, run.parts, run.cfg, stop),
-        **reply(state, text, [c["source"] for c in citations]),
     }
+    return out | reply(state, text, [c["source"] for c in citations])
 
 
 def make(parts: Components) -> Node:

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from fastcrag.components import Components
 from fastcrag.generation.flare import uncertain
 from fastcrag.graph.nodes import Node
 from fastcrag.graph.nodes.stage import Run, stage
-from fastcrag.graph.state import ActiveRetrieval, State
+from fastcrag.graph.state import ActiveRetrieval, FlareState
 from fastcrag.retrieval.text import normalise
 
 
-def draft(state: State, run: Run) -> dict[str, Any]:
+def draft(state: FlareState, run: Run) -> FlareState:
     """Keep drafted sentences while all their word tokens reach `flare_threshold`; the first that does not waits.
 
     The chat model drafts when no drafted sentence is left to check (`ahead` is None: the first draft, or evidence
@@ -24,7 +23,7 @@ def draft(state: State, run: Run) -> dict[str, Any]:
     """
     cfg = run.cfg
     if why := run.parts.flare_unsupported():
-        return {"failure": why}
+        return {"failure": {"code": "unsupported", "message": why}}
     passages = list(state.get("context") or [])
     sentences = list(state.get("sentences") or [])
     ahead = state.get("ahead")
@@ -39,7 +38,7 @@ def draft(state: State, run: Run) -> dict[str, Any]:
             ahead = run.parts.writer().draft(str(state["question"]), passages, sentences)
             ms = (time.perf_counter() - started) * 1000
     except Exception as exc:  # never an answer without grounding: abstain with the reason
-        return {"failure": f"generation failed: {type(exc).__name__}: {exc}"}
+        return {"failure": {"code": "generation", "message": f"generation failed: {type(exc).__name__}: {exc}"}}
     # a sentence kept, or dropped after its evidence graded INCORRECT, is never taken again
     seen = {normalise(s) for s in sentences} | {normalise(r["sentence"]) for r in retrievals if r["action"] == "drop"}
     fresh = [s for s in ahead if normalise(s["text"]) not in seen]

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastcrag import metrics
 from fastcrag.components import Components
 from fastcrag.graph.nodes import Node
 from fastcrag.graph.nodes.stage import Run, stage
-from fastcrag.graph.state import ActiveRetrieval, State
+from fastcrag.graph.state import ActiveRetrieval, FlareState
 
 
-def drop(state: State, run: Run) -> dict[str, Any]:
+def drop(state: FlareState, run: Run) -> FlareState:
     """Leave the pending sentence out of the answer; the sentences drafted after it are still checked one by one.
 
     They are not drafted again: from the same passages the chat model would likely write the dropped sentence again.

@@ -12,7 +12,7 @@ from fastcrag.graph.nodes.stage import Run, reply, stage, trace
 from fastcrag.graph.state import Citation, State
 
 
-def generate(state: State, run: Run) -> dict[str, Any]:
+def generate(state: State, run: Run) -> State:
     """Generate; a generator failure or an empty answer becomes a `failure` (routed to abstain)."""
     cfg = run.cfg
     passages = list(state.get("context") or [])
@@ -31,23 +31,19 @@ def generate(state: State, run: Run) -> dict[str, Any]:
             raise ValueError("the generator returned an empty answer")
         citations = _citations(answer.used, [*passages, *answer.read])
     except Exception as exc:  # never an answer without grounding: abstain with the reason
-        return {"failure": f"generation failed: {type(exc).__name__}: {exc}"}
+        return {"failure": {"code": "generation", "message": f"generation failed: {type(exc).__name__}: {exc}"}}
     run.charge("generate_ms", run.ms())  # before the trace, which reports it
     timings = run.timings()
     action = state.get("action") or "generate"
     metrics.record(action, timings)
-    return {
-        "answer": text,
-        "citations": citations,
-        "crag": trace(state, action, timings, run.parts, cfg),
-        **reply(
-            state,
-            text,
-            [c["source"] for c in citations],
-            quoted=getattr(run.parts.generator(), "extractive", False),
-            message_id=answer.message_id,
-        ),
-    }
+    out: State = {"answer": text, "citations": citations, "crag": trace(state, action, timings, run.parts, cfg)}
+    return out | reply(
+        state,
+        text,
+        [c["source"] for c in citations],
+        quoted=getattr(run.parts.generator(), "extractive", False),
+        message_id=answer.message_id,
+    )
 
 
 def _citations(used: list[int], cited: list[Any]) -> list[Citation]:

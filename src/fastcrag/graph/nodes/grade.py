@@ -2,36 +2,36 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from langgraph.config import get_stream_writer
 
 from fastcrag.components import Components
 from fastcrag.grading.bands import UNGRADED, band_of
 from fastcrag.graph.nodes import Node
 from fastcrag.graph.nodes.stage import Run, stage
-from fastcrag.graph.state import Passage, State
+from fastcrag.graph.state import Candidate, Passage, State, Verdict
 
 
-def grade(state: State, run: Run) -> dict[str, Any]:
+def verdict_of(c: Candidate, lo: float, hi: float) -> Verdict:
+    """A candidate's grade for the trace: its band by the run's rule (or `UNGRADED`), and what it does not state."""
+    if c.get("ungraded"):
+        return {"chunk_id": c["chunk_id"], "source": c["source"], "score": None, "verdict": UNGRADED}
+    out: Verdict = {
+        "chunk_id": c["chunk_id"],
+        "source": c["source"],
+        "score": round(c["score"], 6),
+        "verdict": band_of(c["score"], lo, hi),
+    }
+    return out | ({"unmet": c["unmet"]} if c.get("unmet") else {})
+
+
+def grade(state: State, run: Run) -> State:
     """Two comparisons per candidate; INCORRECT candidates never reach the generator, except in plain RAG."""
     if state.get("failure"):
         return {}
     cfg = run.cfg
     lo, hi = cfg.reranker_threshold, cfg.crag_upper
     candidates = state.get("candidates") or []
-    verdicts = [
-        {"chunk_id": c["chunk_id"], "source": c["source"], "score": None, "verdict": UNGRADED}
-        if c.get("ungraded")
-        else {
-            "chunk_id": c["chunk_id"],
-            "source": c["source"],
-            "score": round(c["score"], 6),
-            "verdict": band_of(c["score"], lo, hi),
-        }
-        | ({"unmet": c["unmet"]} if c.get("unmet") else {})
-        for c in candidates
-    ]
+    verdicts = [verdict_of(c, lo, hi) for c in candidates]
     top = max((c["score"] for c in candidates if not c.get("ungraded")), default=0.0)  # the order may mix in ranks
     band = band_of(top, lo, hi)
     # Candidates come best first (retrieve orders them). Plain RAG hands the top_n to the generator, any verdict.
@@ -45,7 +45,7 @@ def grade(state: State, run: Run) -> dict[str, Any]:
     ]
     scores = [v["score"] for v in verdicts if v["score"] is not None]
     get_stream_writer()({"event": "graded", "band": band, "top_score": top, "scores": scores})
-    update: dict[str, Any] = {"band": band, "top_score": round(top, 6), "verdicts": verdicts, "context": context}
+    update: State = {"band": band, "top_score": round(top, 6), "verdicts": verdicts, "context": context}
     if not cfg.crag_enabled:  # the uncorrected paths name themselves; with CRAG on, the node taking an action does
         update["action"] = "plain" if cfg.plain_rag else "disabled"
     return update

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from langgraph.config import get_stream_writer
 
@@ -15,7 +14,7 @@ from fastcrag.grading.reranker import Reranker, checked_scores, scores_until
 from fastcrag.graph.nodes import Node
 from fastcrag.graph.nodes.retrieve import candidate_of, collapse_copies, search
 from fastcrag.graph.nodes.stage import Run, stage
-from fastcrag.graph.state import ActiveRetrieval, Candidate, State
+from fastcrag.graph.state import ActiveRetrieval, Candidate, FlareState
 from fastcrag.retrieval.hybrid import fused_order
 
 
@@ -50,7 +49,7 @@ class SentenceEvidence:
         return [min(a, b) for a, b in zip(against_query, against_question, strict=True)]
 
 
-def lookup(state: State, run: Run) -> dict[str, Any]:
+def lookup(state: FlareState, run: Run) -> FlareState:
     """Form the query (`flare_query`), search it, grade the results, and band the best score.
 
     The query is the pending sentence without its uncertain words (`masked`), or a question for them that the chat
@@ -61,7 +60,7 @@ def lookup(state: State, run: Run) -> dict[str, Any]:
     cfg = run.cfg
     sentence = state.get("pending")
     if sentence is None:  # routing sends only a pending sentence here
-        return {"failure": "no uncertain sentence to search for"}
+        return {"failure": {"code": "generation", "message": "no uncertain sentence to search for"}}
     started = time.perf_counter()
     query, by = "", str(cfg.flare_query)
     if by == "question":

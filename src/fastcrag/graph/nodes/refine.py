@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from fastcrag.components import Components
 from fastcrag.config.settings import RunConfig
@@ -67,15 +66,15 @@ def strips(
     return context, len(kept)
 
 
-def refine(state: State, run: Run) -> dict[str, Any]:
+def refine(state: State, run: Run) -> State:
     """Keep strips scoring >= reranker_threshold; a kept strip that is too short keeps its whole chunk."""
     cfg = run.cfg
     # after a rewrite, the path stays `rewrite`: the first corrective action names it
-    update: dict[str, Any] = {"action": state.get("action") or "refine"}
+    update: State = {"action": state.get("action") or "refine"}
     try:
         context, kept = strips(run.parts.reranker(), str(state["question"]), state.get("candidates") or [], cfg)
     except Exception as exc:
-        return update | {"failure": f"refinement failed: {exc}", "strips_kept": 0}
+        return update | {"failure": {"code": "grading", "message": f"refinement failed: {exc}"}, "strips_kept": 0}
     update["strips_kept"] = kept
     if context:  # nothing survived: the graded ranking is used unchanged
         update["context"] = context[: cfg.top_n * 3]

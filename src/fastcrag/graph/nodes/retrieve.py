@@ -21,7 +21,7 @@ from fastcrag.graph import intake
 from fastcrag.graph.nodes import Node
 from fastcrag.graph.nodes.stage import Run, stage
 from fastcrag.graph.state import Candidate, State
-from fastcrag.retrieval.hybrid import HybridRetriever, Mode, chunk_key, fused_order
+from fastcrag.retrieval.hybrid import Mode, RoutedSearch, chunk_key, fused_order
 from fastcrag.retrieval.text import normalise, split_title
 
 
@@ -33,14 +33,14 @@ def candidate_of(doc: Any) -> Candidate:
 
 
 def search(
-    retriever: BaseRetriever, query: str, mode: Mode | None = None, extra: int = 0
+    retriever: BaseRetriever | RoutedSearch, query: str, mode: Mode | None = None, extra: int = 0
 ) -> tuple[list[Any], str, int]:
     """The documents for `query`, the route taken, and how many of them to grade.
 
-    A `HybridRetriever` searches in `mode` (its own when None) `extra` documents deeper than its `k`, and `k` are
-    graded; any other retriever's documents are all graded.
+    A retriever searching by route (`RoutedSearch`, as `HybridRetriever`) searches in `mode` (its own when None)
+    `extra` documents deeper than its `k`, and `k` are graded; any other retriever's documents are all graded.
     """
-    if isinstance(retriever, HybridRetriever):
+    if isinstance(retriever, RoutedSearch):
         docs, route = retriever.search(query, mode, k=retriever.k + extra)
         return docs, route, retriever.k
     docs = retriever.invoke(query)
@@ -63,7 +63,7 @@ def collapse_copies(candidates: Iterable[Candidate]) -> list[Candidate]:
     return list(kept.values())
 
 
-def retrieve(state: State, run: Run) -> dict[str, Any]:
+def retrieve(state: State, run: Run) -> State:
     """Search the pending `query`, grade the candidates against the question and order them best first.
 
     A retriever or grader failure becomes a traced `failure`.
@@ -71,7 +71,7 @@ def retrieve(state: State, run: Run) -> dict[str, Any]:
     question = str(state.get("question") or "")
     query = str(state.get("query") or question)
     retry = state.get("rewrites", 0) > 0  # the query is a rewrite: this is the correction's second retrieval
-    update: dict[str, Any] = {}
+    update: State = {}
     # The retry reaches past what the first pass graded: those passages keep their scores (they were graded
     # against the same question) and the reranker grades only passages it has not seen.
     graded = {c["chunk_id"]: c for c in state.get("candidates") or [] if not c.get("ungraded")} if retry else {}
@@ -81,7 +81,7 @@ def retrieve(state: State, run: Run) -> dict[str, Any]:
         mode: Mode | None = "lexical" if retry and state.get("rewriter") == "keyword" else None
         docs, update["retrieval"], depth = search(run.parts.retriever(), query, mode, len(graded))
     except Exception as exc:  # a retriever failure abstains with the reason in the trace
-        return update | {"failure": f"retriever raised {type(exc).__name__}: {exc}"}
+        return update | {"failure": {"code": "retrieval", "message": f"retriever raised {type(exc).__name__}: {exc}"}}
     fresh = [c for c in collapse_copies(map(candidate_of, docs)) if c["chunk_id"] not in graded][:depth]
     fetched = time.perf_counter()
     try:
@@ -95,7 +95,7 @@ def retrieve(state: State, run: Run) -> dict[str, Any]:
             run.parts.reranker(), question, texts, cfg.grade_batch, cfg.crag_upper, cfg.condition_factor
         )
     except Exception as exc:
-        return update | {"failure": str(exc)}
+        return update | {"failure": {"code": "grading", "message": str(exc)}}
     reranked = time.perf_counter()
     # Best first: the grader's order, mixed with the first pass's where the calibration says the corpus wants it.
     # Passages graded before the retry come after this retrieval's in the first-pass order; ungraded ones last.
@@ -119,13 +119,13 @@ def make(parts: Components) -> Node:
     """Build the node over `parts`: intake when a new question arrives, then `retrieve`."""
     search = stage(parts, retrieve, None)
 
-    def retrieve_node(state: State, *, runtime: Runtime[Context]) -> dict[str, Any]:
+    def retrieve_node(state: State, *, runtime: Runtime[Context]) -> State:
         """Start the question when none is pending, then search its `query` (consumed whatever the search does)."""
         start: State = {}
         if state.get("query") is None:  # no retrieval pending: a new question arrived
             start = intake.start(state, parts, runtime.context)
             if start.get("failure"):
-                return dict(start)
+                return start
         return {**start, **search({**state, **start}, runtime=runtime), "query": None}
 
     retrieve_node.__name__ = "retrieve"

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastcrag.components import Components
 from fastcrag.generation.rewriters import keyword_rewrite
 from fastcrag.graph.nodes import Node
 from fastcrag.graph.nodes.stage import Run, stage
 from fastcrag.graph.state import State
-from fastcrag.retrieval.hybrid import HybridRetriever
+from fastcrag.retrieval.hybrid import TermWeights
 from fastcrag.retrieval.text import normalise
 
 
@@ -26,20 +24,21 @@ def llm_rewrite(parts: Components, question: str) -> tuple[str | None, str]:
     return query, ""
 
 
-def rewrite(state: State, run: Run) -> dict[str, Any]:
+def rewrite(state: State, run: Run) -> State:
     """Rewrite the question; when neither rewriter gives a new query, a `failure` (routed to abstain)."""
     question = str(state["question"])
-    update: dict[str, Any] = {"rewrites": state.get("rewrites", 0) + 1}
+    update: State = {"rewrites": state.get("rewrites", 0) + 1}
     query, why = llm_rewrite(run.parts, question)
     if query is not None:
         return update | {"rewritten_query": query, "query": query, "rewriter": "llm", "action": "rewrite"}
     retriever = run.parts.retriever()
-    idf = retriever.idf() if isinstance(retriever, HybridRetriever) else None
+    idf = retriever.idf() if isinstance(retriever, TermWeights) else None
     # candidates are best first (retrieve sorts them); keyword_rewrite reads the top few
     keywords = keyword_rewrite(question, [c["text"] for c in state.get("candidates") or []], idf)
     if keywords and normalise(keywords) != normalise(question):
         return update | {"rewritten_query": keywords, "query": keywords, "rewriter": "keyword", "action": "rewrite"}
-    return update | {"failure": f"rewrite failed: the chat model gave no rewrite ({why}); no keywords to search"}
+    why = f"rewrite failed: the chat model gave no rewrite ({why}); no keywords to search"
+    return update | {"failure": {"code": "rewrite", "message": why}}
 
 
 def make(parts: Components) -> Node:

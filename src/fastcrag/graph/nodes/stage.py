@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeVar, cast
 
 from langchain_core.messages import AIMessage
 from langgraph.runtime import Runtime
@@ -20,7 +20,7 @@ from fastcrag.components import Components
 from fastcrag.config.settings import Context, RunConfig
 from fastcrag.generation.markdown import chat_message
 from fastcrag.graph.nodes import Node
-from fastcrag.graph.state import Action, Stage, State, Trace
+from fastcrag.graph.state import Action, FlareState, Stage, State, Trace
 
 
 @dataclass
@@ -51,10 +51,11 @@ class Run:
         return totals
 
 
-Body = Callable[[State, Run], dict[str, Any]]
+S = TypeVar("S", bound=State)
+"""The state a node reads: the graph's, or the FLARE subgraph's (a TypeVar, so that LangGraph filters neither)."""
 
 
-def stage(parts: Components, body: Body, timed: Stage | None) -> Node:
+def stage(parts: Components, body: Callable[[S, Run], State], timed: Stage | None) -> Node:
     """A node running `body` with the run's settings, its time charged to the `timed` stage.
 
     Settings that cannot be resolved (an invalid calibration, an override out of bounds) become a `failure`, which
@@ -66,14 +67,15 @@ def stage(parts: Components, body: Body, timed: Stage | None) -> Node:
         timed: The stage the node's time counts to when the body charges none itself, or None.
     """
 
-    def node(state: State, *, runtime: Runtime[Context]) -> dict[str, Any]:
+    def node(state: S, *, runtime: Runtime[Context]) -> State:
         started = time.perf_counter()
         try:
             cfg = parts.run_config(runtime.context)
         except Exception as exc:  # the reason travels in the trace; abstain needs no settings to answer
-            return {"failure": str(exc)}
-        run = Run(parts, cfg, started, dict(state.get("timings") or {}))
-        update = body(state, run)
+            return {"failure": {"code": "settings", "message": str(exc)}}
+        read: State = state
+        run = Run(parts, cfg, started, dict(read.get("timings") or {}))
+        update: State = body(state, run)
         if timed and not run.charged:
             run.charge(timed, run.ms())
         return update | ({"timings": run.timings()} if run.charged else {})
@@ -121,7 +123,8 @@ def trace(
             "crag_ms": round(timings.get("crag_ms", 0.0), 3),
             "generate_ms": round(timings.get("generate_ms", 0.0), 3),
         },
-        "failure": state.get("failure"),
+        "failure": failure["message"] if (failure := state.get("failure")) else None,
+        "failure_code": failure["code"] if failure else None,
         "question": state.get("question"),
         "conversation": state.get("conversation"),
         "reranker": reranker,
@@ -137,14 +140,14 @@ def trace(
     }
     if cfg is not None and cfg.flare:
         out["timings"]["flare_ms"] = round(timings.get("flare_ms", 0.0), 3)
-        out["flare"] = list(state.get("flare") or [])
+        out["flare"] = list(cast(FlareState, state).get("flare") or [])
         out["flare_stop"] = flare_stop
     return out
 
 
 def reply(
     state: State, answer: str, sources: Sequence[str] = (), quoted: bool = False, message_id: str | None = None
-) -> dict[str, Any]:
+) -> State:
     """The AI message to append when the question came as chat messages (nothing otherwise).
 
     Args:
