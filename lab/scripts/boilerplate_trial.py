@@ -109,8 +109,8 @@ def justext_text(html: str) -> str:
 
 
 def loader(html: str) -> str:
-    """The loader as it is."""
-    return loaders.html_text(html)
+    """The loader with its main-content extraction on (`FASTRAG_HTML_MAIN_CONTENT`)."""
+    return loaders.html_text(html, main_content=True)
 
 
 METHODS: dict[str, Callable[[str], str]] = {

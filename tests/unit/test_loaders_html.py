@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from fastcrag.retrieval.blocks import CODE, PROSE, TABLE, sections
 from fastcrag.retrieval.loaders import html_text, load_documents
 from fastcrag.retrieval.text import TITLE_JOINER
@@ -41,8 +43,14 @@ FOOTER = (
 NAV = '<nav><a href="a.html">Previous page</a> <a href="b.html">Next page</a></nav>'
 
 
-def test_main_content_keeps_structure_and_drops_banner_navigation_and_diagrams(tmp_path: Path) -> None:
+def test_main_content_keeps_structure_and_drops_banner_navigation_and_diagrams(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "frob.html").write_text(f"<html><body>{BANNER}{NAV}{ARTICLE}{FOOTER}</body></html>")
+    (doc,) = load_documents([tmp_path])  # by default: the whole page less its furniture and drawings
+    assert "Small. Fast." in doc.text and "last updated" in doc.text  # a banner and a footer no tag or role marks
+    assert "Next page" not in doc.text and "widget-name" not in doc.text and PROSE_A in doc.text
+    monkeypatch.setenv("FASTRAG_HTML_MAIN_CONTENT", "1")
     (doc,) = load_documents([tmp_path])
     for furniture in ("Small. Fast.", "Home", "Download", "Next page", "last updated", "widget-name", "INTO g"):
         assert furniture not in doc.text.replace("INTO g1", "").replace("INTO g2", ""), furniture
@@ -66,10 +74,10 @@ def test_main_content_keeps_structure_and_drops_banner_navigation_and_diagrams(t
 
 def test_a_page_without_main_content_keeps_its_text() -> None:
     html = "<html><body><ul><li>alpha</li><li>beta gamma</li></ul><table><tr><td>x</td><td>y</td></tr></table></body>"
-    text = html_text(html)
+    text = html_text(html, main_content=True)
     assert all(w in text for w in ("alpha", "beta gamma", "| x | y |"))
-    assert html_text("<html><body><p>Only this.</p></body></html>").strip() == "Only this."
-    assert html_text("").strip() == ""  # nothing to read is no failure
+    assert html_text("<html><body><p>Only this.</p></body></html>", main_content=True).strip() == "Only this."
+    assert html_text("", main_content=True).strip() == ""  # nothing to read is no failure
 
 
 def test_docbook_navigation_header_and_footer_are_dropped() -> None:
@@ -82,6 +90,7 @@ def test_docbook_navigation_header_and_footer_are_dropped() -> None:
     )
     footer = nav.replace("navheader", "navfooter").replace("Navigation header", "Navigation footer")
     body = f'<div class="refentry" id="SQL-FROB"><h2>FROB</h2><p>{PROSE_A}</p><p>{PROSE_B}</p></div>'
-    text = html_text(f"<html><body>{nav}{body}{footer}</body></html>")
-    assert "## FROB" in text and PROSE_B in " ".join(text.split())
-    assert not any(w in text.split() for w in ("Prev", "Up", "Home", "Next"))
+    for main_content in (False, True):  # by its class, or as no part of the main content
+        text = html_text(f"<html><body>{nav}{body}{footer}</body></html>", main_content=main_content)
+        assert "## FROB" in text and PROSE_B in " ".join(text.split())
+        assert not any(w in text.split() for w in ("Prev", "Up", "Home", "Next"))

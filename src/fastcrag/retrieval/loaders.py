@@ -59,6 +59,8 @@ _FURNITURE_TAGS = frozenset(
 )
 _DRAWING_TAGS = frozenset({"svg", "map", "area", "object", "canvas", "embed"})
 """Drawings whose text is no prose: a syntax diagram's or chart's labels (SVG, canvas, plug-ins), image maps."""
+_FURNITURE_CLASSES = frozenset({"navheader", "navfooter", "nav-panel", "topNav", "subNav", "bottomNav"})
+"""Classes documentation generators give their page navigation: DocBook XSL's, Texinfo's, Javadoc's."""
 _FURNITURE_ROLES = frozenset({"navigation", "search", "banner", "contentinfo", "complementary"})
 """ARIA landmark roles of page furniture: the roles of `nav`, a search form, `header`, `footer` and `aside` (Sphinx's
 related links and sidebar)."""
@@ -76,18 +78,25 @@ _WORD = re.compile(r"\w+")
 
 
 def _html(path: Path) -> str:
-    """An HTML page as text that keeps its structure: `#` headings, pipe tables, fenced code, paragraphs."""
-    return html_text(_read_text(path))
+    """An HTML page as text that keeps its structure: `#` headings, pipe tables, fenced code, paragraphs.
+
+    Its main content only with the `html_main_content` setting (`FASTRAG_HTML_MAIN_CONTENT`).
+    """
+    from fastcrag.config.settings import Settings
+
+    return html_text(_read_text(path), main_content=Settings().html_main_content)
 
 
-def html_text(html: str, *, main_content: bool = True) -> str:
-    """An HTML page's main content as structured text; the whole page less its furniture where none is found.
+def html_text(html: str, *, main_content: bool = False) -> str:
+    """An HTML page as structured text: the whole page less its furniture, or with `main_content` its main content.
 
-    A boilerplate extractor (trafilatura) says which words are the page's content; the smallest element that holds
-    nearly all of them is the main content: banners, navigation bars, sidebars and footers around it go. It is
-    converted here, whole (the extractor's own text loses structure and, at times, a paragraph), so headings,
-    tables, code and definition lists keep their structure. The page's title heading (its first `h1`) stays even
-    where the main content starts below it. Drawings' text (SVG, image maps) and paging panels go everywhere.
+    Furniture is what tags, ARIA roles and documentation generators' classes mark as navigation, headers, footers
+    and sidebars, paging panels and drawings' text. With `main_content`, a boilerplate extractor (trafilatura) says
+    which words are the page's content; the smallest element that holds nearly all of them is the main content:
+    banners, navigation bars, sidebars and footers around it go. It is converted here, whole (the extractor's own
+    text loses structure and, at times, a paragraph), so headings, tables, code and definition lists keep their
+    structure. The page's title heading (its first `h1`) stays even where the main content starts below it; where
+    none is found, the whole page is read.
     """
     from bs4 import BeautifulSoup, XMLParsedAsHTMLWarning  # heavy (about 0.1 s): loaded only when HTML is read
 
@@ -114,8 +123,13 @@ def _drop(soup: Any, predicate: Any) -> None:
 
 
 def _furniture(tag: Any) -> bool:
-    """Whether an element is page furniture or a drawing: by its tag or its ARIA landmark role."""
-    return tag.name in _FURNITURE_TAGS or tag.name in _DRAWING_TAGS or tag.get("role") in _FURNITURE_ROLES
+    """Whether an element is page furniture or a drawing: by its tag, ARIA role or documentation generator's class."""
+    return (
+        tag.name in _FURNITURE_TAGS
+        or tag.name in _DRAWING_TAGS
+        or tag.get("role") in _FURNITURE_ROLES
+        or bool(_FURNITURE_CLASSES.intersection(tag.get("class") or ()))
+    )
 
 
 def _trigrams(text: str) -> list[tuple[str, ...]]:
