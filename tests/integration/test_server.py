@@ -60,6 +60,7 @@ CRAG_KEYS = {
     "verdicts",
     "timings",
     "failure",
+    "failure_code",
     "question",
     "conversation",
     "reranker",

@@ -13,6 +13,7 @@ from typing import Any
 import aiosqlite
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph_sdk.client import SyncLangGraphClient
 from starlette.testclient import TestClient
 
 from fastcrag import build_graph
@@ -25,7 +26,7 @@ from fastcrag.server.limits import ServeSettings
 from fastcrag.server.records import SqliteThreadRecords
 from fastcrag.server.service import Service
 
-from fakes import CALIBRATION, FakeChat, ListRetriever, ScriptedReranker, doc
+from fakes import CALIBRATION, FakeChat, ListRetriever, LogprobChat, ScriptedReranker, doc, tokens
 
 KEY = "unit-test-key-0123456789"
 SECRET_URL = "postgresql://app:s3cret-password@db.internal/fastcrag"
@@ -39,11 +40,14 @@ class FailingSaver(InMemorySaver):
         raise ConnectionError(f"connection to {SECRET_URL} lost")
 
 
-def make_client(tmp_path: Path, *, key: str | None = KEY, saver: Any = None, timeout_s: float = 30.0) -> TestClient:
+def make_client(
+    tmp_path: Path, *, key: str | None = KEY, saver: Any = None, timeout_s: float = 30.0, llm: Any = None
+) -> TestClient:
     reranker = ScriptedReranker({"Eiffel": 0.95})
     settings = Settings(checkpoints=SECRET_URL, api_key=key)
     retriever = ListRetriever(docs=[doc(GOOD, "c1")])
-    parts = Components(settings, retriever=retriever, reranker=reranker, llm=FakeChat(), calibration=CALIBRATION)
+    calibration = CALIBRATION.model_copy(update={"flare_threshold": 0.5})  # FLARE mode: words below 0.5 are unsure
+    parts = Components(settings, retriever=retriever, reranker=reranker, llm=llm or FakeChat(), calibration=calibration)
 
     async def start(stack: AsyncExitStack) -> Service:
         conn = await aiosqlite.connect(str(tmp_path / "threads.sqlite"))
@@ -437,8 +441,38 @@ def test_a_lease_expires_and_only_its_holder_releases_it(tmp_path: Path) -> None
 def test_assistant_count_and_subgraphs(client: TestClient) -> None:
     assert client.post("/assistants/count", json={}).json() == 1
     assert client.post("/assistants/count", json={"graph_id": "other"}).json() == 0
-    assert client.get(f"/assistants/{ASSISTANT_ID}/subgraphs").json() == {}
+    flare = client.get(f"/assistants/{ASSISTANT_ID}/subgraphs").json()["flare"]  # FLARE mode's subgraph
+    assert flare["state_schema"]["title"] == "FlareState" and {"sentences", "pending"} <= set(
+        flare["state_schema"]["properties"]
+    )
+    assert {"answer", "failure"} <= set(flare["output_schema"]["properties"]) and flare["context_schema"]
+    assert client.get(f"/assistants/{ASSISTANT_ID}/subgraphs/flare?recurse=true").json() == {"flare": flare}
+    assert client.get(f"/assistants/{ASSISTANT_ID}/subgraphs/nope").json() == {}
+    assert client.get(f"/assistants/{ASSISTANT_ID}/schemas").json()["state_schema"]["title"] == "State"
     assert client.get("/assistants/nope/subgraphs").status_code == 404
+
+
+def test_a_flare_run_streams_its_subgraphs_events_when_asked(tmp_path: Path) -> None:
+    """`stream_subgraphs`: the FLARE subgraph's node updates and `flare` events, named `mode|flare:<task>` (as
+    LangGraph names them, and the SDK reads them); without it only the graph's own events, as before."""
+    drafts = [tokens("The tower is in Paris. It was built in 1999.", low=["1999"]), tokens("It was completed in 1889.")]
+    with make_client(tmp_path, llm=LogprobChat(drafts=drafts)) as client:
+        sdk = SyncLangGraphClient(client)
+        client.headers["Authorization"] = f"Bearer {KEY}"
+        run = {"input": RUN["input"], "context": {"mode": "flare"}, "stream_mode": ["updates", "custom"]}
+        parts = list(sdk.runs.stream(None, "crag", **run, stream_subgraphs=True))  # type: ignore[arg-type]
+        plain = [p.event for p in sdk.runs.stream(None, "crag", **run)]  # type: ignore[arg-type]
+        assert sdk.assistants.get_subgraphs("crag", namespace="flare").keys() == {"flare"}
+        assert client.post("/runs/wait", json={**RUN, "stream_subgraphs": "yes"}).status_code == 422
+    inner = [(p.event.split("|"), p.data) for p in parts if "|" in p.event]
+    assert {where[1].split(":")[0] for where, _ in inner} == {"flare"}  # `flare:<task id>`
+    nodes = [next(iter(data)) for (mode, _), data in inner if mode == "updates"]
+    assert nodes == ["draft", "lookup", "admit", "draft", "compose"]
+    (event,) = [data for (mode, _), data in inner if mode == "custom"]
+    assert event["event"] == "flare" and event["sentence"] == "It was built in 1999." and event["band"] == "CORRECT"
+    assert [p.event for p in parts if "|" not in p.event] == plain  # the graph's own events, unchanged
+    assert plain[0] == "metadata" and "custom" in plain and not any("|" in e for e in plain)
+    assert [next(iter(p.data)) for p in parts if p.event == "updates"][-1] == "flare"
 
 
 def test_assistant_search_filters_and_refuses_bad_metadata(client: TestClient) -> None:

@@ -6,7 +6,7 @@ answers the subset of the LangGraph server API that `langgraph_sdk` (`get_client
 
     GET  /ok                                       liveness (never needs the key)
     POST /assistants/search  /assistants/count     the one assistant, `crag` (graph id) = ASSISTANT_ID
-    GET  /assistants/{id}/subgraphs                none: the graph has no subgraphs
+    GET  /assistants/{id}/subgraphs[/{namespace}]  the subgraphs' schemas by namespace (`flare`), `?recurse`
     GET  /assistants/{id}  /assistants/{id}/schemas  /assistants/{id}/graph
     POST /threads                                  create a thread (recorded beside the checkpoints)
     GET  /threads/{id}  PATCH /threads/{id}  DELETE /threads/{id}   read, merge metadata, delete (with checkpoints)

@@ -1,4 +1,4 @@
-"""The assistant routes of `fastcrag serve`: the one assistant, `crag`, its schemas and its drawable graph.
+"""The assistant routes of `fastcrag serve`: the one assistant, `crag`, its schemas, subgraphs and drawable graph.
 
 With an `Auth` object (`access.py`), reading the assistant goes through the `assistants.read` handler and searching
 or counting through `assistants.search`; a filter they return is matched against the assistant's metadata
@@ -113,45 +113,45 @@ async def count_assistants(request: Request) -> Response:
 
 
 async def assistant_subgraphs(request: Request) -> Response:
-    """`GET /assistants/{id}/subgraphs[/{namespace}]`: the graph has no subgraphs."""
+    """`GET /assistants/{id}/subgraphs[/{namespace}]`: each subgraph's schemas by namespace (`flare`), as LangGraph.
+
+    `?recurse=true` adds the subgraphs' own subgraphs; a namespace names one (an unknown one: none, `{}`).
+    """
     await readable_assistant(request)
-    return OrjsonResponse({})
+    graph, recurse = service_of(request).graph, request.query_params.get("recurse") in ("true", "True")
+    found = graph.get_subgraphs(namespace=request.path_params.get("namespace"), recurse=recurse)
+    return OrjsonResponse({namespace: _schemas(subgraph) for namespace, subgraph in found})
 
 
 async def get_assistant(request: Request) -> Response:
     """`GET /assistants/{id}`."""
-    service = service_of(request)
     await readable_assistant(request)
-    return OrjsonResponse(_assistant(service))
+    return OrjsonResponse(_assistant(service_of(request)))
 
 
 async def assistant_schemas(request: Request) -> Response:
     """`GET /assistants/{id}/schemas`: input, output, state and context JSON schemas."""
-    service = service_of(request)
     await readable_assistant(request)
-    graph = service.graph
-    state_schema = {
-        "title": "State",
-        "type": "object",
-        "properties": {name: {} for name in graph.stream_channels_list},
+    return OrjsonResponse({"graph_id": GRAPH_ID, **_schemas(service_of(request).graph)})
+
+
+def _schemas(graph: Any) -> dict[str, Any]:
+    """A compiled graph's JSON schemas: input, output, state (its channels, named after its state type), context."""
+    channels: dict[str, Any] = {name: {} for name in graph.stream_channels_list}
+    state_schema = {"title": graph.builder.state_schema.__name__, "type": "object", "properties": channels}
+    return {
+        "input_schema": graph.get_input_jsonschema(),
+        "output_schema": graph.get_output_jsonschema(),
+        "state_schema": state_schema,
+        "config_schema": {},
+        "context_schema": graph.get_context_jsonschema(),
     }
-    return OrjsonResponse(
-        {
-            "graph_id": GRAPH_ID,
-            "input_schema": graph.get_input_jsonschema(),
-            "output_schema": graph.get_output_jsonschema(),
-            "state_schema": state_schema,
-            "config_schema": {},
-            "context_schema": graph.get_context_jsonschema(),
-        }
-    )
 
 
 async def assistant_graph(request: Request) -> Response:
     """`GET /assistants/{id}/graph`: the drawable graph (RemoteGraph.get_graph)."""
-    service = service_of(request)
     await readable_assistant(request)
-    drawn = service.graph.get_graph().to_json()
+    drawn = service_of(request).graph.get_graph().to_json()
     for node in drawn.get("nodes", []):
         if isinstance(node.get("data"), dict):
             node["data"].pop("id", None)

@@ -49,6 +49,8 @@ class RunPlan:
     config: dict[str, Any]
     stream_modes: list[str]
     multitask: str = "reject"
+    subgraphs: bool = False
+    """Stream the subgraphs' events too (`stream_subgraphs`), each named `mode|namespace` (`updates|flare:<task>`)."""
     where: Filter | None = None
     """The auth filter the run's thread must satisfy (None: any thread)."""
     thread_metadata: dict[str, Any] = field(default_factory=dict)
@@ -209,6 +211,8 @@ def plan_of(body: dict[str, Any], thread_id: str | None, run_id: str | None = No
         raise HTTPException(
             422, f"multitask_strategy must be one of {', '.join(MULTITASK)} (the graph's runs are never interrupted)"
         )
+    if body.get("stream_subgraphs") not in (None, True, False):
+        raise HTTPException(422, "stream_subgraphs must be true or false")
     run_id = run_id or str(uuid.uuid4())
     return RunPlan(
         run_id=run_id,
@@ -219,4 +223,5 @@ def plan_of(body: dict[str, Any], thread_id: str | None, run_id: str | None = No
         config=_run_config(body.get("config"), thread_id, run_id, _checkpoint(body, thread_id)),
         stream_modes=_stream_modes(body.get("stream_mode")),
         multitask=multitask,
+        subgraphs=bool(body.get("stream_subgraphs")),
     )

@@ -204,10 +204,11 @@ def _location(plan: RunPlan) -> dict[str, str]:
 
 
 async def _produce(graph: Any, plan: RunPlan, queue: asyncio.Queue[Any]) -> None:
-    modes = list(dict.fromkeys(STREAM_MODES[m] for m in plan.stream_modes))
+    modes, subgraphs = list(dict.fromkeys(STREAM_MODES[m] for m in plan.stream_modes)), plan.subgraphs
     try:
-        async for mode, chunk in graph.astream(plan.input, plan.config, context=plan.context, stream_mode=modes):
-            await queue.put((mode, chunk))
+        stream = graph.astream(plan.input, plan.config, context=plan.context, stream_mode=modes, subgraphs=subgraphs)
+        async for part in stream:  # (namespace, mode, chunk) with subgraphs, the graph's own namespace being ()
+            await queue.put(part if subgraphs else ((), *part))
     except Exception as exc:
         await queue.put(exc)
     else:
@@ -239,8 +240,8 @@ async def _events(service: Service, plan: RunPlan, failed: BaseException | None)
                 if "updates" in plan.stream_modes:
                     yield sse("updates", {"abstain": output}, service)
                 return
-            mode, chunk = item
-            yield sse(mode, list(chunk) if mode == "messages" else chunk, service)
+            namespace, mode, chunk = item  # a subgraph's event is named `mode|namespace`, as LangGraph names it
+            yield sse("|".join([mode, *namespace]), list(chunk) if mode == "messages" else chunk, service)
     finally:
         if not producer.done():
             producer.cancel()
