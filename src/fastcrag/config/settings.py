@@ -107,9 +107,7 @@ class Settings(BaseSettings):
     llm: str = Field(DEFAULT_LLM, description="Generator: `provider:model` (init_chat_model) or `extractive`.")
     calibration: Path | None = Field(None, description="calibration.json; the packaged one when unset.")
     html_main_content: bool = Field(
-        False,
-        description="Index an HTML page's main content only, as a boilerplate extractor (trafilatura) finds it; "
-        "off: the whole page less its furniture (navigation, headers, footers, sidebars, paging panels, drawings).",
+        False, description="Index an HTML page's main content only, as trafilatura finds it (off: less its furniture)."
     )
     crag_enabled: bool = Field(
         True, description="False: no correction; abstain below the threshold, or plain RAG with `plain`."

@@ -205,9 +205,9 @@ class ExtractiveGenerator:
         names first), in the section its best sentence stands in: that section's sentences there, and those it holds
         in the chunks before (back to where it opened) and the one after; a section of one line (a manual page's
         summary) is read with the rest of its chunk and the next. Its lead is its first sentence that may open an
-        answer, where the section's opening was read. The page's opening (its first `PAGE_START` chunks
-        holding prose) answers instead where the grader grades its lead above the section's (its best sentence,
-        without a lead): "What does git revert do?" from the page's summary, not from the option that ranked best.
+        answer, where the section's opening was read. A section above it, to the page (`_opening`), answers instead
+        where the grader grades its lead above the section's (its best sentence, without a lead): "What is a tuple?"
+        from `Tuples`' lead, not from the entry `class tuple([iterable])` that ranked best.
         """
         entries = _entries_named(question, passages)
         anchor = _anchor(passages, strips, entries)
@@ -241,11 +241,8 @@ class ExtractiveGenerator:
                 first = _lead(opening)
                 if first is not None and first.score > (lead or max(own, default=first)).score:
                     own, lead = opening, first
-        answer = self._chosen(own, passages, lead)
-        if answer is not None:
-            return answer
-        best = max(strips)  # no prose anywhere: the best sentence as it stands
-        return Answer(best.text, [best.passage])
+        best = max(strips)  # with no prose anywhere, the best sentence as it stands
+        return self._chosen(own, passages, lead) or Answer(best.text, [best.passage])
 
     def _chosen(
         self, candidates: Sequence[Candidate], passages: Sequence[Mapping[str, Any]], lead: Candidate | None = None
@@ -275,11 +272,7 @@ class ExtractiveGenerator:
             return None
         in_order = sorted(candidates, key=lambda c: c.order)
         after = {c.order: n.text for c, n in itertools.pairwise(in_order)}
-        rests = set()
-        for c, _ in ranked:
-            rest = after.get(c.order, "")
-            if unfinished(c.text) and rest and _CUT_REST.match(rest):
-                rests.add(rest)
+        rests = {after[c.order] for c, _ in ranked if unfinished(c.text) and _CUT_REST.match(after.get(c.order, ""))}
         ranked = [r for r in ranked if r[0].text not in rests]
         texts = []
         for k, (c, text) in enumerate(ranked):
@@ -406,9 +399,7 @@ class ExtractiveGenerator:
         if part is not None and phrase.lower() in part.lower():  # the span stands in the prose a fragment runs into
             return Answer(phrase if part.strip(" .") == phrase.strip(" .") else f"{phrase}\n\n{part}", [index])
         lead = first_prose(passages, _reading_order(passages, index))
-        if lead is None:
-            return Answer(answer_with_sentence(span, texts[index]), [index])
-        return Answer(lead[0], [lead[1]])
+        return Answer(lead[0], [lead[1]]) if lead else Answer(answer_with_sentence(span, texts[index]), [index])
 
     def rewrite(self, question: str) -> str:
         """The extractive generator has no language model to rewrite with."""

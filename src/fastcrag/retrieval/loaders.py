@@ -78,10 +78,7 @@ _WORD = re.compile(r"\w+")
 
 
 def _html(path: Path) -> str:
-    """An HTML page as text that keeps its structure: `#` headings, pipe tables, fenced code, paragraphs.
-
-    Its main content only with the `html_main_content` setting (`FASTRAG_HTML_MAIN_CONTENT`).
-    """
+    """An HTML page as structured text (`html_text`); its main content only with `FASTRAG_HTML_MAIN_CONTENT`."""
     from fastcrag.config.settings import Settings
 
     return html_text(_read_text(path), main_content=Settings().html_main_content)
@@ -124,12 +121,8 @@ def _drop(soup: Any, predicate: Any) -> None:
 
 def _furniture(tag: Any) -> bool:
     """Whether an element is page furniture or a drawing: by its tag, ARIA role or documentation generator's class."""
-    return (
-        tag.name in _FURNITURE_TAGS
-        or tag.name in _DRAWING_TAGS
-        or tag.get("role") in _FURNITURE_ROLES
-        or bool(_FURNITURE_CLASSES.intersection(tag.get("class") or ()))
-    )
+    marked = tag.get("role") in _FURNITURE_ROLES or _FURNITURE_CLASSES.intersection(tag.get("class") or ())
+    return tag.name in _FURNITURE_TAGS or tag.name in _DRAWING_TAGS or bool(marked)
 
 
 def _trigrams(text: str) -> list[tuple[str, ...]]:
