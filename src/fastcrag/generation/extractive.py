@@ -108,12 +108,13 @@ def is_reference_line(sentence: str) -> bool:
 
 
 class Strip(NamedTuple):
-    """A sentence graded against the question: (score, sentence, passage index, position in the passage)."""
+    """A sentence graded against the question: (score, sentence, passage index, position, its section's title)."""
 
     score: float
     text: str
     passage: int
     position: int
+    title: str
 
 
 class Candidate(NamedTuple):
@@ -217,9 +218,7 @@ class ExtractiveGenerator:
         number = chunk_number(chunk) or 0
         order = {s: k for k, (_, s) in enumerate(sectioned(text))}
         own = [
-            Candidate(
-                t.score, t.text, _title(passages[t.passage], t), t.passage, (number, order.get(t.text, t.position))
-            )
+            Candidate(t.score, t.text, t.title, t.passage, (number, order.get(t.text, t.position)))
             for t in anchored
             if held is None or t.text in held.sentences
         ]
@@ -375,12 +374,13 @@ class ExtractiveGenerator:
         to_score: list[tuple[str, str, int, int]] = []
         for i, p in enumerate(passages):
             if p.get("strip"):
-                strips.extend(Strip(float(p["score"]), s, i, 0) for s in passage_sentences(p))
+                section = str(p.get("section") or "")
+                strips.extend(Strip(float(p["score"]), s, i, 0, section) for s in passage_sentences(p))
             else:
                 to_score.extend((section, s, i, k) for k, (section, s) in enumerate(_sectioned(p)))
         if to_score:
             scores = checked_scores(self.reranker, question, [titled(section, s) for section, s, _, _ in to_score])
-            strips.extend(Strip(score, s, i, k) for score, (_, s, i, k) in zip(scores, to_score, strict=True))
+            strips.extend(Strip(score, s, i, k, t) for score, (t, s, i, k) in zip(scores, to_score, strict=True))
         return strips
 
     def _read(self, question: str, passages: Sequence[Mapping[str, Any]], threshold: float) -> Answer:
@@ -453,14 +453,6 @@ def _sentences_of(doc: Document) -> list[tuple[str, str, Document, tuple[int, in
     return [(title, s, doc, (number, k)) for k, (title, s) in enumerate(_sectioned({"text": doc.page_content}))]
 
 
-def _title(passage: Mapping[str, Any], strip: Strip) -> str:
-    """The title of the section a strip stands in."""
-    if passage.get("strip"):
-        return str(passage.get("section") or "")
-    pieces = _sectioned(passage)
-    return pieces[strip.position][0] if strip.position < len(pieces) else ""
-
-
 def _placed(doc: Document, passages: Sequence[Mapping[str, Any]], read: list[dict[str, Any]]) -> int:
     """Where a chunk read by id stands among the passages, then the chunks `read` (added to them when new)."""
     chunk = fetched_id(doc)
@@ -518,7 +510,7 @@ def _named(answer: str, title: str) -> str:
     sentence holds none of its words.
     """
     for heading in reversed(title.split(TITLE_JOINER)):
-        name = _QUALIFIER.split(_KIND.sub("", heading.strip()), maxsplit=1)[0].rstrip(" [{<=").strip()
+        name = _name(heading)
         if name and not name.isupper():
             said = set(terms(split_sentences(answer)[0]))
             if _POINTS_BACK.match(answer):
@@ -527,6 +519,11 @@ def _named(answer: str, title: str) -> str:
                 named = not _IDENTIFIER.fullmatch(name) or bool(set(terms(name.rpartition(".")[2])) & said)
             return answer if named else f"{name} \u2014 {answer}"
     return answer
+
+
+def _name(heading: str) -> str:
+    """What a heading names: up to a qualifier, without an API entry's kind or a bracket left open (`--fixup=[`)."""
+    return _QUALIFIER.split(_KIND.sub("", heading.strip()), maxsplit=1)[0].rstrip(" [{<=").strip()
 
 
 def _entry_names(text: str) -> set[str]:
@@ -548,8 +545,7 @@ def _entries_named(question: str, passages: Sequence[Mapping[str, Any]]) -> set[
     for i, p in enumerate(passages):
         sections = [str(p.get("section") or "")] if p.get("strip") else [section for section, _ in _sectioned(p)]
         for k, section in enumerate(sections):
-            heading = _KIND.sub("", section.split(TITLE_JOINER)[-1].strip())
-            name = _QUALIFIER.split(heading, maxsplit=1)[0].rstrip(" [{<=").strip().casefold()
+            name = _name(section.split(TITLE_JOINER)[-1]).casefold()
             if name and ({name} | _entry_names(name)) & asked:
                 found.add((i, k))
     return found
