@@ -14,10 +14,18 @@ Label-free measures, per corpus (a folder of HTML pages) and per method:
   `sentence` found in the extracted text of its page (case-folded substring, or 90% of its words in order).
 * `pg/s`: pages read per second.
 
+The corpora measured (Debian 12 packages, `apt-get download PKG && dpkg-deb -x PKG_*.deb OUT`, then the folder
+named): Flask, Git and PostgreSQL as `scripts/fetch_docs_corpus.sh --corpus flask|git|postgresql DIR` fetches them;
+`diffutils-doc` 1:3.8-4 (Texinfo 6: `usr/share/doc/diffutils`), `mkdocs-doc` 1.4.2+dfsg-2
+(`usr/share/doc/mkdocs/html`), `python-markdown-doc` 3.4.1-2+deb12u1 (`usr/share/doc/python-markdown-doc/docs`),
+`doxygen-doc` 1.9.4-4 (`usr/share/doc/doxygen/html`), `postfix-doc` 3.7.11-0+deb12u1 (`usr/share/doc/postfix/html`),
+`lua5.2-doc` 5.2.4-3 (`usr/share/doc/lua5.2`); never the held-out corpora (Apache, Typer, Eigen).
+
 Methods: `rules`, the hand-written furniture rules the loader had before it took a library (tags, ARIA roles, and
 DocBook's, Texinfo's and Javadoc's navigation classes); `trafilatura`, `readability`, `justext` as they come (their
 own text; trafilatura's Markdown); `readab+struct`, readability's main-content HTML through the loader's structure
-conversion; `loader`, the loader as it is (trafilatura picks the main content, the loader converts it).
+conversion; `loader`, the loader with `FASTRAG_HTML_MAIN_CONTENT` (trafilatura picks the main content, the loader
+converts it).
 """
 
 from __future__ import annotations
