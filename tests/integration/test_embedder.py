@@ -63,3 +63,35 @@ def test_an_index_built_with_one_embedder_is_refused_by_the_other(tmp_path: Path
 def test_unknown_embedder_spec_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="not 'onnx-int8'"):
         load_embeddings("no-such-embedder")
+
+
+def test_a_model_without_segment_ids_is_fed_only_its_inputs(tmp_path: Path) -> None:
+    """An embedder folder whose graph takes no `token_type_ids` (MPNet, RoBERTa exports) embeds; it was refused."""
+    import shutil
+
+    import onnx
+    from onnx import TensorProto, helper
+
+    # sentence_embedding = the unit vector of (mean token id, token count): enough to tell texts apart
+    ids = helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "sequence"])
+    mask = helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "sequence"])
+    out = helper.make_tensor_value_info("sentence_embedding", TensorProto.FLOAT, ["batch", 2])
+    nodes = [
+        helper.make_node("Cast", ["input_ids"], ["f_ids"], to=TensorProto.FLOAT),
+        helper.make_node("Cast", ["attention_mask"], ["f_mask"], to=TensorProto.FLOAT),
+        helper.make_node("ReduceMean", ["f_ids"], ["mean"], axes=[1], keepdims=1),
+        helper.make_node("ReduceSum", ["f_mask"], ["count"], axes=[1], keepdims=1),
+        helper.make_node("Concat", ["mean", "count"], ["pair"], axis=1),
+        helper.make_node("LpNormalization", ["pair"], ["sentence_embedding"], axis=1, p=2),
+    ]
+    graph = helper.make_graph(nodes, "no-segments", [ids, mask], [out])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
+    onnx.save(model, str(tmp_path / "model.onnx"))
+    packaged = load_embeddings("onnx-int8").path  # type: ignore[attr-defined]
+    shutil.copyfile(packaged / "tokenizer.json", tmp_path / "tokenizer.json")
+    (tmp_path / "fastcrag_model.json").write_text('{"name": "no-segments", "dimension": 2}')
+    embedder = load_embeddings(str(tmp_path))
+    assert isinstance(embedder, OnnxEmbeddings)
+    vectors = embedder.encode(TEXTS)
+    assert vectors.shape == (len(TEXTS), 2) and np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    assert len({tuple(v) for v in vectors.round(6)}) == len(TEXTS)

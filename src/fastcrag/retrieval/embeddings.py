@@ -129,10 +129,11 @@ class SentenceTransformerEmbeddings(Embedder):
 
 @dataclass(frozen=True)
 class _Runtime:
-    """A loaded ONNX embedder: its tokenizer (no padding) and its single-threaded ONNX Runtime session."""
+    """A loaded ONNX embedder: tokenizer (no padding), single-threaded session, the inputs its graph takes."""
 
     tokenizer: Any
     session: Any
+    inputs: frozenset[str]
 
 
 class OnnxEmbeddings(Embedder):
@@ -162,7 +163,8 @@ class OnnxEmbeddings(Embedder):
 
     def _load(self) -> _Runtime:
         tokenizer = text_tokenizer(self.path / "tokenizer.json", self.max_length)
-        return _Runtime(tokenizer, cpu_session(self.path / "model.onnx", 1))
+        session = cpu_session(self.path / "model.onnx", 1)
+        return _Runtime(tokenizer, session, frozenset(i.name for i in session.get_inputs()))
 
     @property
     def tokenizer(self) -> Any:
@@ -176,6 +178,7 @@ class OnnxEmbeddings(Embedder):
         ids = np.asarray([enc.ids], dtype=np.int64)
         mask = np.asarray([enc.attention_mask], dtype=np.int64)
         feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        feeds = {k: v for k, v in feeds.items() if k in runtime.inputs}  # a model without segments (MPNet) takes none
         (vectors,) = runtime.session.run(["sentence_embedding"], feeds)
         return vectors[0]
 
