@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fetch a documentation corpus as Debian ships it:
 #
-#   bash scripts/fetch_docs_corpus.sh [--corpus git|flask|postgresql|django|apache|typer|eigen] DIR
+#   bash scripts/fetch_docs_corpus.sh [--corpus git|flask|postgresql|django|apache|typer|eigen|libssh] DIR
 #
 # git (the default): Git's HTML manual, package git-doc 1:2.39.5-0+deb12u3 (Debian 12 "bookworm", GPL-2): the
 # manual's top-level HTML pages (the command manual pages, the user manual, the tutorials, the glossary: 205 pages).
@@ -26,21 +26,26 @@
 # eigen: Eigen 3.4's documentation as Doxygen 1.9.4 built it, package libeigen3-doc 3.4.0-4 (MPL-2.0; two pages
 # BSD-3-Clause): the top-level pages of its html folder, the tutorials, topic pages, module and class reference (275
 # pages; not the header source listings, member lists and folder listings Doxygen adds, nor the `unsupported` modules).
+# libssh: libssh 0.10's documentation as Doxygen built it, package libssh-doc 0.10.6-0+deb12u3 (LGPL-2.1+): the top-level
+# pages of its html folder, the tutorial chapters, and the API reference by module and class (not the source
+# listings, member lists and folder listings). Held out from every change made before its question set
+# (tests/data/docs_heldout_libssh.jsonl) was committed.
 #
 # The package's SHA-256 is checked, and its copyright file is put into DIR with the pages. Run it again: nothing is
 # downloaded when DIR already holds this version. The corpus is not part of the repository.
 #
 # Needs curl or wget (or apt-get on Debian/Ubuntu), and dpkg-deb or ar + tar. FASTRAG_DEBIAN_MIRROR overrides the
-# mirror (default http://deb.debian.org/debian); once Debian replaces a version, point it at a
+# mirror (default http://deb.debian.org/debian, for libssh its security archive); once Debian replaces a version, point it at a
 # https://snapshot.debian.org/archive/debian/<timestamp> archive that still holds the file (the SHA-256 is checked).
 set -euo pipefail
 
 die() { echo "fetch_docs_corpus: $*" >&2; exit 1; }
 
 CORPUS=git
+ARCHIVE=""  # the corpus's archive when it is not the main one
 EXCLUDE=""  # names (find -name patterns) of pages left out of what PARTS takes
 if [ "${1:-}" = "--corpus" ]; then
-    [ $# -ge 2 ] || die "--corpus needs git, flask, postgresql, django, apache, typer or eigen"
+    [ $# -ge 2 ] || die "--corpus needs git, flask, postgresql, django, apache, typer, eigen or libssh"
     CORPUS="$2"
     shift 2
 fi
@@ -116,12 +121,24 @@ eigen)
     PARTS=""  # the top-level pages
     EXCLUDE="*_source.html *-members.html dir_*.html"  # header source listings, member lists, folder listings
     ;;
-*) die "unknown corpus '$CORPUS' (git, flask, postgresql, django, apache, typer or eigen)" ;;
+libssh)
+    PACKAGE=libssh-doc
+    VERSION="0.10.6-0+deb12u3"
+    FILE="libssh-doc_0.10.6-0+deb12u3_all.deb"
+    POOL="pool/updates/main/libs/libssh/$FILE"
+    ARCHIVE=http://deb.debian.org/debian-security  # a security update: only the security archive holds it
+    SHA256=d0e62da0a2d6f999ace4757ae0240b68cfb654571bc3068ac64102ccd1e74d3c
+    DOCS=usr/share/doc/libssh-dev/html  # (the package puts its pages under libssh-dev's folder)
+    COPYRIGHT=usr/share/doc/libssh-doc/copyright
+    PARTS=""  # the top-level pages
+    EXCLUDE="*_source.html *-members.html dir_*.html"  # source listings, member lists, folder listings
+    ;;
+*) die "unknown corpus '$CORPUS' (git, flask, postgresql, django, apache, typer, eigen or libssh)" ;;
 esac
-MIRROR="${FASTRAG_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+MIRROR="${FASTRAG_DEBIAN_MIRROR:-${ARCHIVE:-http://deb.debian.org/debian}}"
 MARKER=".fastcrag-corpus"
 
-[ $# -eq 1 ] || die "usage: bash scripts/fetch_docs_corpus.sh [--corpus git|flask|postgresql|django|apache|typer|eigen] DIR (the folder to put it in)"
+[ $# -eq 1 ] || die "usage: bash scripts/fetch_docs_corpus.sh [--corpus git|flask|postgresql|django|apache|typer|eigen|libssh] DIR (the folder to put it in)"
 DEST="$1"
 STAMP="$PACKAGE=$VERSION sha256=$SHA256"
 
