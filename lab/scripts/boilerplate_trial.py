@@ -1,6 +1,6 @@
 """Boilerplate removal on documentation HTML: the loader against hand-written furniture rules and libraries.
 
-    python -m lab.scripts.boilerplate_trial DIR [DIR...] [--pages N]
+    python -m lab.scripts.boilerplate_trial DIR [DIR...] [--pages N] [--methods rules,default,...]
 
 Label-free measures, per corpus (a folder of HTML pages) and per method:
 
@@ -19,13 +19,14 @@ named): Flask, Git and PostgreSQL as `scripts/fetch_docs_corpus.sh --corpus flas
 `diffutils-doc` 1:3.8-4 (Texinfo 6: `usr/share/doc/diffutils`), `mkdocs-doc` 1.4.2+dfsg-2
 (`usr/share/doc/mkdocs/html`), `python-markdown-doc` 3.4.1-2+deb12u1 (`usr/share/doc/python-markdown-doc/docs`),
 `doxygen-doc` 1.9.4-4 (`usr/share/doc/doxygen/html`), `postfix-doc` 3.7.11-0+deb12u1 (`usr/share/doc/postfix/html`),
-`lua5.2-doc` 5.2.4-3 (`usr/share/doc/lua5.2`); never the held-out corpora (Apache, Typer, Eigen).
+`lua5.2-doc` 5.2.4-3 (`usr/share/doc/lua5.2`); never the held-out corpora (Apache, Typer, Eigen, libssh).
 
 Methods: `rules`, the hand-written furniture rules the loader had before it took a library (tags, ARIA roles, and
 DocBook's, Texinfo's and Javadoc's navigation classes); `trafilatura`, `readability`, `justext` as they come (their
 own text; trafilatura's Markdown); `readab+struct`, readability's main-content HTML through the loader's structure
-conversion; `loader`, the loader with `FASTRAG_HTML_MAIN_CONTENT` (trafilatura picks the main content, the loader
-converts it).
+conversion; `default`, the loader as it ships; `loader`, the loader with `FASTRAG_HTML_MAIN_CONTENT` (trafilatura
+picks the main content, the loader converts it). `--methods` measures some of them (`rules` always: words are counted
+against it).
 """
 
 from __future__ import annotations
@@ -116,6 +117,11 @@ def justext_text(html: str) -> str:
     return "\n\n".join(p.text for p in paragraphs if not p.is_boilerplate)
 
 
+def default(html: str) -> str:
+    """The loader as it ships: its furniture rules, paging panels and drawings, no main-content extraction."""
+    return loaders.html_text(html)
+
+
 def loader(html: str) -> str:
     """The loader with its main-content extraction on (`FASTRAG_HTML_MAIN_CONTENT`)."""
     return loaders.html_text(html, main_content=True)
@@ -127,6 +133,7 @@ METHODS: dict[str, Callable[[str], str]] = {
     "readability": readability_text,
     "justext": justext_text,
     "readab+struct": readability_struct,
+    "default": default,
     "loader": loader,
 }
 
@@ -161,8 +168,8 @@ def _found(sentence: str, text: str) -> bool:
     return got >= 0.9 * len(want)
 
 
-def trial(folder: Path, pages: int) -> list[tuple[str, ...]]:
-    """The table's rows for one corpus folder, one per method."""
+def trial(folder: Path, pages: int, methods: list[str]) -> list[tuple[str, ...]]:
+    """The table's rows for one corpus folder, one per method (`rules` first: words are counted against it)."""
     files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in (".html", ".htm") and "_sources" not in p.parts)
     files = [f for f in files if not _REDIRECT.search(loaders._read_text(f))]  # a moved page's stub is no page
     gold = _gold(folder)
@@ -178,7 +185,8 @@ def trial(folder: Path, pages: int) -> list[tuple[str, ...]]:
     repeated = {line for line, n in seen.items() if n >= max(2, REPEATED_SHARE * len(files))}
     rows = []
     base_words = 0
-    for name, method in METHODS.items():
+    for name in dict.fromkeys(["rules", *methods]):
+        method = METHODS[name]
         texts: dict[Path, str] = {}
         start = time.perf_counter()
         for f, html in htmls.items():
@@ -232,6 +240,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folders", nargs="+", type=Path)
     parser.add_argument("--pages", type=int, default=250, help="pages sampled evenly from a larger folder")
+    parser.add_argument("--methods", default=",".join(METHODS), help="the methods to measure, comma-separated")
     args = parser.parse_args()
     header = (
         "corpus",
@@ -251,7 +260,7 @@ def main() -> None:
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     for folder in args.folders:
-        for row in trial(folder, args.pages):
+        for row in trial(folder, args.pages, args.methods.split(",")):
             print("| " + " | ".join(row) + " |", flush=True)
 
 
