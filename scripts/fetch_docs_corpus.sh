@@ -26,17 +26,18 @@
 # eigen: Eigen 3.4's documentation as Doxygen 1.9.4 built it, package libeigen3-doc 3.4.0-4 (MPL-2.0; two pages
 # BSD-3-Clause): the top-level pages of its html folder, the tutorials, topic pages, module and class reference (275
 # pages; not the header source listings, member lists and folder listings Doxygen adds, nor the `unsupported` modules).
-# libssh: libssh 0.10's documentation as Doxygen built it, package libssh-doc 0.10.6-0+deb12u3 (LGPL-2.1+): the top-level
-# pages of its html folder, the tutorial chapters, and the API reference by module and class (not the source
-# listings, member lists and folder listings). Held out from every change made before its question set
-# (tests/data/docs_heldout_libssh.jsonl) was committed.
+# libssh: libssh 0.10's documentation as Doxygen built it, package libssh-doc 0.10.6-0+deb12u3 (LGPL-2.1+), from
+# Debian's security archive: the top-level pages of its html folder, the tutorial chapters and the API reference by
+# module and class (127 pages; not the source listings, member lists and folder listings). A fourth held-out corpus:
+# tests/data/docs_heldout_libssh.jsonl names pages relative to DIR.
 #
 # The package's SHA-256 is checked, and its copyright file is put into DIR with the pages. Run it again: nothing is
 # downloaded when DIR already holds this version. The corpus is not part of the repository.
 #
 # Needs curl or wget (or apt-get on Debian/Ubuntu), and dpkg-deb or ar + tar. FASTRAG_DEBIAN_MIRROR overrides the
-# mirror (default http://deb.debian.org/debian, for libssh its security archive); once Debian replaces a version, point it at a
-# https://snapshot.debian.org/archive/debian/<timestamp> archive that still holds the file (the SHA-256 is checked).
+# mirror (default http://deb.debian.org/debian; for libssh, http://deb.debian.org/debian-security); once Debian
+# replaces a version, point it at a https://snapshot.debian.org/archive/debian/<timestamp> (or debian-security)
+# archive that still holds the file (the SHA-256 is checked).
 set -euo pipefail
 
 die() { echo "fetch_docs_corpus: $*" >&2; exit 1; }
