@@ -323,6 +323,18 @@ def test_the_git_set_is_thirty_distinct_questions_with_their_facts() -> None:
         assert r["substance"] and r["sentence"] and r["topic_first"] and r["fragment"] is None, q.id
 
 
+@pytest.mark.parametrize("corpus", ["apache", "typer", "eigen", "libssh"])
+def test_each_held_out_set_is_thirty_distinct_questions_with_their_facts(corpus: str) -> None:
+    questions = load_questions(DEVSET.with_name(f"docs_heldout_{corpus}.jsonl"))
+    assert len(questions) == 30 and len({q.question for q in questions}) == 30 and len({q.id for q in questions}) == 30
+    assert all(q.sentence and q.key_terms and q.sources for q in questions)
+    # pages relative to the corpus folder (scripts/fetch_docs_corpus.sh --corpus NAME)
+    assert all(s.endswith(".html") and not s.startswith("/") and "\\" not in s for q in questions for s in q.sources)
+    for q in questions:  # its own sentence, cited from its page, has the substance: the set can be scored
+        r = score_answer(q, q.sentence, [f"/any/folder/{q.sources[0]}"])
+        assert r["substance"] and r["sentence"] and r["topic_first"] and r["fragment"] is None, q.id
+
+
 def test_the_flask_set_is_twenty_distinct_questions_with_their_facts() -> None:
     questions = load_questions(FLASK_DEVSET)
     assert len(questions) == 20 and len({q.question for q in questions}) == 20
