@@ -310,6 +310,13 @@ def test_the_dev_set_sentences_and_terms_stand_in_their_topics() -> None:
         assert copies == set(q.sources), q.id  # every copy of the text is an acceptable topic
 
 
+def assert_own_sentences_have_the_substance(questions: list[DocsQuestion]) -> None:
+    """Each question's own sentence, cited from its first page wherever the corpus lies, scores with the substance."""
+    for q in questions:
+        r = score_answer(q, q.sentence, [f"/any/folder/{q.sources[0]}"])
+        assert r["substance"] and r["sentence"] and r["topic_first"] and r["fragment"] is None, q.id
+
+
 def test_the_git_set_is_thirty_distinct_questions_with_their_facts() -> None:
     questions = load_questions(GIT_DEVSET)
     assert len(questions) == 30 and len({q.question for q in questions}) == 30
@@ -318,9 +325,7 @@ def test_the_git_set_is_thirty_distinct_questions_with_their_facts() -> None:
     assert all(s.endswith(".html") and "/" not in s and "\\" not in s for q in questions for s in q.sources)
     kinds = {k: sum(q.kind == k for q in questions) for k in ("explain", "how", "factoid")}
     assert kinds == {"explain": 18, "how": 7, "factoid": 5}
-    for q in questions:  # its own sentence, cited from its page wherever the corpus lies, has the substance
-        r = score_answer(q, q.sentence, [f"/any/folder/{q.sources[0]}"])
-        assert r["substance"] and r["sentence"] and r["topic_first"] and r["fragment"] is None, q.id
+    assert_own_sentences_have_the_substance(questions)
 
 
 @pytest.mark.parametrize("corpus", ["apache", "typer", "eigen", "libssh"])
@@ -330,9 +335,7 @@ def test_each_held_out_set_is_thirty_distinct_questions_with_their_facts(corpus:
     assert all(q.sentence and q.key_terms and q.sources for q in questions)
     # pages relative to the corpus folder (scripts/fetch_docs_corpus.sh --corpus NAME)
     assert all(s.endswith(".html") and not s.startswith("/") and "\\" not in s for q in questions for s in q.sources)
-    for q in questions:  # its own sentence, cited from its page, has the substance: the set can be scored
-        r = score_answer(q, q.sentence, [f"/any/folder/{q.sources[0]}"])
-        assert r["substance"] and r["sentence"] and r["topic_first"] and r["fragment"] is None, q.id
+    assert_own_sentences_have_the_substance(questions)
 
 
 def test_the_flask_set_is_twenty_distinct_questions_with_their_facts() -> None:
@@ -341,9 +344,7 @@ def test_the_flask_set_is_twenty_distinct_questions_with_their_facts() -> None:
     assert all(q.id.startswith("fl-") and q.sentence and q.key_terms and q.sources for q in questions)
     # pages relative to the Sphinx build's folder (scripts/fetch_docs_corpus.sh --corpus flask)
     assert all(s.endswith(".html") and not s.startswith("/") and "\\" not in s for q in questions for s in q.sources)
-    for q in questions:
-        r = score_answer(q, q.sentence, [f"/any/folder/{q.sources[0]}"])
-        assert r["substance"] and r["sentence"] and r["topic_first"] and r["fragment"] is None, q.id
+    assert_own_sentences_have_the_substance(questions)
 
 
 GIT_CORPUS = os.environ.get("FASTRAG_DOCS_CORPUS")
