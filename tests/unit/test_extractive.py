@@ -48,6 +48,11 @@ def test_reference_lines() -> None:
     assert is_reference_line("Links: http://a.example http://b.example")
     assert not is_reference_line("Note that the lock is released when the block ends.")
     assert not is_reference_line("The with statement wraps a block.")
+    # a site's breadcrumb trail, run on into the page's name as its first line is split; not a chained comparison
+    assert is_reference_line("Apache > HTTP Server > Documentation > Version 2.4 > How-To / Tutorials.")
+    assert is_reference_line("Home \u00bb Docs \u00bb Programs apache2ctl - Apache HTTP Server Control Interface.")
+    assert not is_reference_line("If x > y > z holds, then x > z holds too.")
+    assert not is_reference_line("Returns True if a > b.")
 
 
 def test_a_how_question_gets_the_best_sentences_in_passage_order() -> None:
@@ -140,6 +145,24 @@ def test_the_reader_never_answers_from_a_title_line() -> None:
     assert answer.text == "blue\n\nGadgets are blue."
 
 
+def test_a_fact_is_not_read_from_a_chunk_refinement_kept_whole_while_a_passing_strip_stands() -> None:
+    class Reader(ScriptedReranker):
+        def read(self, question: str, texts: list[str]) -> list[object]:
+            from fastcrag.grading.reader import Span
+
+            self.read_texts = list(texts)
+            return [Span(t.split()[0], 0, len(t.split()[0]), 0.9 if "Lyon" in t else 0.5) for t in texts]
+
+    whole = {"chunk_id": "w-0", "text": "Lyon makes gadgets. It is a city.", "source": "w", "score": 0.6, "whole": True}
+    strip = {"chunk_id": "s-0", "text": "Paris makes gadgets.", "source": "s", "score": 0.5, "strip": True}
+    reader = Reader({})
+    gen = ExtractiveGenerator(reader, reader_threshold=0.1)
+    assert gen.generate("Which city makes gadgets?", [whole, strip]).text.startswith("Paris\n\n")
+    assert reader.read_texts == ["Paris makes gadgets."]
+    answer = gen.generate("Which city makes gadgets?", [whole])  # with nothing else, the whole chunk is read
+    assert answer.text.startswith("Lyon\n\n") and answer.used == [0]
+
+
 FROB_OPENING = "The frob statement\n\nThe frob statement turns widgets into gadgets. It takes one widget."
 FROB_LATER = "The frob statement (continued)\n\nA frobbed widget cannot be unfrobbed. Gadgets are shiny."
 
@@ -174,6 +197,9 @@ def test_documentation_is_answered_with_its_section_unless_one_fact_is_asked() -
     assert gen.generate(question, prose).text.startswith("gadgets\n\n")
     assert gen.generate(question, docs).text == "The frob statement turns widgets into gadgets. It takes one widget."
     assert gen.generate("Where are gadgets made?", docs).text.startswith("gadgets\n\n")  # a fact: the span
+    # documentation wherever a titled section stands among the passages, not only first (an untitled chunk of a
+    # page whose heading it does not hold may rank first)
+    assert gen.generate(question, [*prose, *docs]).text == "The frob statement turns widgets into gadgets."
 
 
 def test_a_lead_is_the_sections_first_prose_wherever_it_stands_and_never_a_list_item() -> None:

@@ -152,6 +152,18 @@ def test_refine_with_no_surviving_strip_uses_the_ranking() -> None:
     assert MIXED in chat.prompts[-1]
 
 
+def test_a_passing_chunk_none_of_whose_strips_passes_alone_stands_whole_in_its_place() -> None:
+    # the chunk is related to the question across its sentences, none alone: it stays first, ahead of the next
+    # chunk's passing strip, rather than dropping out of the answer
+    scores = {"museums. The Eiffel": 0.6, "Bananas": 0.5}
+    graph, _, chat, _ = make(scores, docs=[doc(MIXED, "m1"), doc(BAD, "b1")])
+    out = graph.invoke({"question": "How tall is the Eiffel Tower?"})
+    assert out["crag"]["action"] == "refine" and out["crag"]["strips_kept"] == 1
+    prompt = chat.prompts[-1]
+    assert MIXED in prompt and BAD in prompt and prompt.index(MIXED) < prompt.index(BAD)
+    assert out["citations"][0]["chunk_id"] == "m1"
+
+
 @pytest.mark.parametrize("top_n", [1, 2])
 def test_refine_reads_the_strips_of_a_top_chunk_graded_below_the_threshold(top_n: int) -> None:
     # the whole chunk grades INCORRECT (its side sentence pulls it down); its answering sentence, graded alone, passes

@@ -50,6 +50,9 @@ _FACT = re.compile(
 _REFERENCE = re.compile(
     r"^(see( also)?|further reading|references|related (topics|links)|external links)\b", re.IGNORECASE
 )
+_BREADCRUMB = re.compile(r"(?:[A-Z0-9](?:[^>\u00bb]{0,40}\S)? [>\u00bb] ){2,}")
+"""A site's breadcrumb trail, each place named in capitals ("Apache > HTTP Server > Documentation > ..."): navigation,
+whatever follows it."""
 _LIST_ITEM = re.compile(r"^(?:[*\u2022-]|\d{1,2}[.)]|\([a-z0-9]\))\s")
 """A list item ("* ...", "1. ...", "(a) ..."): it may follow an answer's opening, never make it."""
 _LEAD_IN = re.compile(r"^(\S+\s+){0,3}\S+:$")
@@ -98,10 +101,11 @@ def answers_with_sentences(question: str, documentation: bool) -> bool:
 def is_reference_line(sentence: str) -> bool:
     """Whether a line points elsewhere instead of saying something.
 
-    A see-also or references line, a bare heading (a few words, no closing punctuation), or a list of links.
+    A see-also or references line, a bare heading (a few words, no closing punctuation), a list of links, or a
+    site's breadcrumb trail (with the page's name after it, as a page's first line runs on).
     """
     text = sentence.strip()
-    if _REFERENCE.match(text) or text.count("http") >= 2:
+    if _REFERENCE.match(text) or text.count("http") >= 2 or _BREADCRUMB.match(text):
         return True
     words = text.split()
     return len(words) <= 5 and not text.endswith((".", "!", "?", ":"))
@@ -184,7 +188,7 @@ class ExtractiveGenerator:
         """
         if not passages:
             raise ValueError("no passage text to extract from")
-        explain = answers_with_sentences(question, _documentation(passages[0]))
+        explain = answers_with_sentences(question, any(_documentation(p) for p in passages))
         if is_reader(self.reranker) and not explain:
             floor = self.refine_reader_threshold if ambiguous else self.reader_threshold
             return self._read(question, passages, floor if abstain else 0.0)  # raises below it
@@ -384,9 +388,15 @@ class ExtractiveGenerator:
         return strips
 
     def _read(self, question: str, passages: Sequence[Mapping[str, Any]], threshold: float) -> Answer:
+        """The best span of the passages and its sentence; a chunk refinement kept `whole` is read only with no other.
+
+        A fact stands in one sentence: where none of a chunk's sentences was graded as answering alone, its span
+        would be a guess.
+        """
         texts = [split_title(str(p["text"]))[1] for p in passages]  # a title line is no answer
-        spans = self.reranker.read(question, texts)  # type: ignore[attr-defined]
-        found = [(s, i) for i, s in enumerate(spans) if isinstance(s, Span) and s.text.strip()]
+        read = [i for i, p in enumerate(passages) if not p.get("whole")] or list(range(len(passages)))
+        spans = dict(zip(read, self.reranker.read(question, [texts[i] for i in read]), strict=True))  # type: ignore[attr-defined]
+        found = [(s, i) for i, s in spans.items() if isinstance(s, Span) and s.text.strip()]
         if not found:
             raise ValueError("the reader found no answer span in the passages")
         span, index = max(found, key=lambda t: t[0].score)

@@ -62,6 +62,8 @@ class Passage(TypedDict, total=False):
     """True for a sentence strip kept by `refine`."""
     section: str
     """A strip's section: its chunk's title ("" for an untitled chunk)."""
+    whole: bool
+    """True for a chunk `refine` kept whole, none of its strips passing alone: read for an explanation, not a fact."""
 
 
 class Citation(TypedDict):
