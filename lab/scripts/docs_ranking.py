@@ -3,9 +3,12 @@
 How often a right page is first among the top 10 by the first pass, by the grader's own order, and by the order
 fused at each `rerank_weight`. The "before" figures: `--index` an index built at the earlier commit (its chunker).
 With `--near-miss`, also each question as a near miss (its right pages taken out of the candidates, the next ones
-graded in their place): the median best grade of the candidates with and without them.
+graded in their place): the median best grade of the candidates with and without them. With `--run`, a `fastcrag
+eval docs` run of the same set: the questions whose right page the packaged order (`rerank_weight`) puts first but
+whose answer does not cite first, by what the run did (abstained, or answered from another page).
 
     python -m lab.scripts.docs_ranking --questions tests/data/docs_devset_python.jsonl [--index IDX] [--near-miss] [-v]
+        [--run OUT]
 """
 
 from __future__ import annotations
@@ -35,12 +38,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--index", type=Path, help="index folder (default: the embedded Python reference)")
     ap.add_argument("--near-miss", action="store_true", help="also grade each question without its right pages")
     ap.add_argument("-v", "--verbose", action="store_true", help="one line per question")
+    ap.add_argument("--run", type=Path, help="a `fastcrag eval docs` output folder of the same questions")
     args = ap.parse_args(argv)
     parts = Components(Settings(index_dir=args.index) if args.index else Settings())
     retriever, grader = parts.retriever(), parts.reranker()
     assert isinstance(retriever, HybridRetriever)
     counts: dict[str, float] = {"questions": 0, "first_pass": 0, **{f"order_{w:g}": 0 for w in WEIGHTS}}
     grades: dict[str, list[float]] = {"with": [], "without": []}
+    lines = (args.run / "results.jsonl").read_text().splitlines()[1:] if args.run else []  # after its config line
+    ran = {r["id"]: r for r in map(json.loads, lines)}
+    weight = parts.calibration().rerank_weight
+    lost: dict[str, list[str]] = {"abstained": [], "another page": []}
     for q in load_questions(args.questions):
         pool = retriever.search(q.question, k=POOL)[0]
         docs = pool[:DEPTH]
@@ -55,11 +63,16 @@ def main(argv: list[str] | None = None) -> int:
         counts["first_pass"] += bool(right and right[0])
         for w in WEIGHTS:
             counts[f"order_{w:g}"] += bool(right and right[fused_order(scores, w)[0]])
+        r = ran.get(q.id)
+        if r and right and right[fused_order(scores, weight)[0]] and not r["topic_first"]:
+            lost["abstained" if r["abstained"] else "another page"].append(q.id)
         if args.verbose:
             best = max(range(len(scores)), key=scores.__getitem__, default=0)
             print(f"{q.id}: first pass {sources[:1]}, grader {sources[best : best + 1]} | {q.question}")
     if args.near_miss:
         counts |= {f"median_best_grade_{k}_right_pages": round(float(median(v)), 3) for k, v in grades.items() if v}
+    if args.run:
+        counts |= {f"first_in_order_{weight:g}_lost_{k}": v for k, v in lost.items()}  # type: ignore[misc]
     print(json.dumps(counts))
     return 0
 

@@ -145,6 +145,16 @@ def test_the_reader_never_answers_from_a_title_line() -> None:
     assert answer.text == "blue\n\nGadgets are blue."
 
 
+def test_an_explanation_with_no_prose_in_its_chunk_is_the_next_passages_prose_not_its_code() -> None:
+    # no passage's best sentence is prose, so the best-ranked chunk is read, and it holds code alone
+    grader = ScriptedReranker({"frob -v": 0.9, "Frobbing": 0.4})
+    code = {"chunk_id": "c-0", "text": "Frob usage\n\n```\n$ frob -v x\n```", "source": "c", "score": 0.9}
+    text = "Frob basics\n\n```\n$ frob -v y\n```\n\nFrobbing turns widgets into gadgets."
+    prose = {"chunk_id": "p-0", "text": text, "source": "p", "score": 0.5}
+    answer = ExtractiveGenerator(grader).generate("How do I frob verbosely?", [code, prose])
+    assert answer.text == "Frobbing turns widgets into gadgets." and answer.used == [1]
+
+
 def test_a_fact_is_not_read_from_a_chunk_refinement_kept_whole_while_a_passing_strip_stands() -> None:
     class Reader(ScriptedReranker):
         def read(self, question: str, texts: list[str]) -> list[object]:

@@ -197,6 +197,11 @@ class ExtractiveGenerator:
             raise ValueError("no passage text to extract from")
         if explain:
             return self._explain(question, strips, passages)
+        return self._best(strips, passages)
+
+    @staticmethod
+    def _best(strips: Sequence[Strip], passages: Sequence[Mapping[str, Any]]) -> Answer:
+        """The best sentence where it is prose, else the first prose from its passage on; with none, as it stands."""
         best = max(strips)
         if _reads_as_prose(best.text):
             return Answer(best.text, [best.passage])
@@ -244,8 +249,7 @@ class ExtractiveGenerator:
                 first = _lead(opening)
                 if first is not None and first.score > (lead or max(own, default=first)).score:
                     own, lead = opening, first
-        best = max(strips)  # with no prose anywhere, the best sentence as it stands
-        return self._chosen(own, passages, lead) or Answer(best.text, [best.passage])
+        return self._chosen(own, passages, lead) or self._best(strips, passages)
 
     def _chosen(
         self, candidates: Sequence[Candidate], passages: Sequence[Mapping[str, Any]], lead: Candidate | None = None
