@@ -7,13 +7,15 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from fastcrag.config.options import add_options, from_args
 from fastcrag.config.settings import Settings
 from fastcrag.evaluation.configs import DATA_SETTING, AbstentionConfig, DocsConfig, RetrievalConfig
 from fastcrag.evaluation.configs import parse_variants as parse_variants
 from fastcrag.evaluation.results import write_results
+
+Cfg = TypeVar("Cfg", AbstentionConfig, RetrievalConfig)
 
 
 def _settings(args: argparse.Namespace, **overrides: Any) -> Any:
@@ -30,28 +32,25 @@ def _offline() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-def _check_extra() -> None:
-    """Fail in one line, before any work, when the `eval` extra (ir-measures, matplotlib) is not installed."""
-    missing = [m for m in ("ir_measures", "matplotlib") if importlib.util.find_spec(m) is None]
-    if missing:
-        raise ValueError(f"`fastcrag eval` needs {' and '.join(missing)}: pip install 'fastcrag[eval]'")
-
-
-def _data_options(
-    args: argparse.Namespace, config: type[AbstentionConfig | RetrievalConfig], data: Path | None
-) -> None:
-    """Fill each data option the command line left out from the `FASTRAG_DATA` folder.
+def _prepared(args: argparse.Namespace, config: type[Cfg]) -> tuple[Cfg, Any]:
+    """The command's config and settings; each data option the command line left out comes from `FASTRAG_DATA`.
 
     Raises:
-        ValueError: an option is left out and `FASTRAG_DATA` is not set (one line naming both).
+        ValueError: the `eval` extra (ir-measures, matplotlib) is not installed, or an option is left out and
+            `FASTRAG_DATA` is not set (one line naming both), before any work.
+        FileNotFoundError: a data option names no file or folder.
     """
+    _offline()
+    if missing := [m for m in ("ir_measures", "matplotlib") if importlib.util.find_spec(m) is None]:
+        raise ValueError(f"`fastcrag eval` needs {' and '.join(missing)}: pip install 'fastcrag[eval]'")
+    settings = _settings(args)
     for name, under in config.DATA.items():
-        if getattr(args, name) is not None:
-            continue
-        if data is None:
+        if getattr(args, name) is None and settings.data is None:
             flag = "--" + name.replace("_", "-")
             raise ValueError(f"no {flag}: give {flag} PATH, or set {DATA_SETTING} to the folder holding {under}/")
-        setattr(args, name, str(data / under))
+        setattr(args, name, getattr(args, name) or str(settings.data / under))
+        _check_paths(Path(getattr(args, name)))
+    return from_args(config, args), settings
 
 
 def _check_paths(*paths: Path) -> None:
@@ -64,12 +63,7 @@ def cmd_abstention(args: argparse.Namespace) -> int:
     """Run `fastcrag eval abstention`."""
     from fastcrag.evaluation.abstention import run  # the command loads its stack when run
 
-    _offline()
-    _check_extra()
-    settings = _settings(args)
-    _data_options(args, AbstentionConfig, settings.data)
-    cfg = from_args(AbstentionConfig, args)
-    _check_paths(cfg.squad, cfg.off_corpus)
+    cfg, settings = _prepared(args, AbstentionConfig)
     if cfg.distractors < 0:
         raise ValueError("--distractors must be >= 0")
     if cfg.per_class < 1 or not cfg.generators:
@@ -83,12 +77,7 @@ def cmd_retrieval(args: argparse.Namespace) -> int:
     """Run `fastcrag eval retrieval`."""
     from fastcrag.evaluation.retrieval import run  # the command loads its stack when run
 
-    _offline()
-    _check_extra()
-    settings = _settings(args)
-    _data_options(args, RetrievalConfig, settings.data)
-    cfg = from_args(RetrievalConfig, args)
-    _check_paths(cfg.beir)
+    cfg, settings = _prepared(args, RetrievalConfig)
     code = run(cfg, settings)
     print((cfg.out / "report.md").read_text(encoding="utf-8"))
     return code

@@ -51,8 +51,7 @@ _REFERENCE = re.compile(
     r"^(see( also)?|further reading|references|related (topics|links)|external links)\b", re.IGNORECASE
 )
 _BREADCRUMB = re.compile(r"(?:[A-Z0-9](?:[^>\u00bb]{0,40}\S)? [>\u00bb] ){2,}")
-"""A site's breadcrumb trail, each place named in capitals ("Apache > HTTP Server > Documentation > ..."): navigation,
-whatever follows it."""
+"""A site's breadcrumb trail, each place named in capitals ("Apache > HTTP Server > ..."): navigation."""
 _LIST_ITEM = re.compile(r"^(?:[*\u2022-]|\d{1,2}[.)]|\([a-z0-9]\))\s")
 """A list item ("* ...", "1. ...", "(a) ..."): it may follow an answer's opening, never make it."""
 _LEAD_IN = re.compile(r"^(\S+\s+){0,3}\S+:$")
@@ -101,8 +100,7 @@ def answers_with_sentences(question: str, documentation: bool) -> bool:
 def is_reference_line(sentence: str) -> bool:
     """Whether a line points elsewhere instead of saying something.
 
-    A see-also or references line, a bare heading (a few words, no closing punctuation), a list of links, or a
-    site's breadcrumb trail (with the page's name after it, as a page's first line runs on).
+    A see-also or references line, a bare heading (a few words, no closing punctuation), links, a breadcrumb trail.
     """
     text = sentence.strip()
     if _REFERENCE.match(text) or text.count("http") >= 2 or _BREADCRUMB.match(text):
@@ -195,20 +193,16 @@ class ExtractiveGenerator:
         strips = self._sentences(question, passages)
         if not strips:
             raise ValueError("no passage text to extract from")
-        if explain:
-            return self._explain(question, strips, passages)
-        return self._best(strips, passages)
-
-    @staticmethod
-    def _best(strips: Sequence[Strip], passages: Sequence[Mapping[str, Any]]) -> Answer:
-        """The best sentence where it is prose, else the first prose from its passage on; with none, as it stands."""
-        best = max(strips)
+        explained = self._explain(question, strips, passages) if explain else None
+        if explained:
+            return explained
+        best = max(strips)  # prose where it is, else the first from its passage on; with none, as it stands
         if _reads_as_prose(best.text):
             return Answer(best.text, [best.passage])
         found = first_prose(passages, _reading_order(passages, best.passage))
         return Answer(found[0], [found[1]]) if found else Answer(best.text, [best.passage])
 
-    def _explain(self, question: str, strips: list[Strip], passages: Sequence[Mapping[str, Any]]) -> Answer:
+    def _explain(self, question: str, strips: list[Strip], passages: Sequence[Mapping[str, Any]]) -> Answer | None:
         """A section's lead, then the sentences of it the grader grades highest, in reading order.
 
         The answer is read in the best-ranked chunk whose best sentence is prose (`_anchor`; an entry the question
@@ -217,7 +211,7 @@ class ExtractiveGenerator:
         summary) is read with the rest of its chunk and the next. Its lead is its first sentence that may open an
         answer, where the section's opening was read. A section above it, to the page (`_opening`), answers instead
         where the grader grades its lead above the section's (its best sentence, without a lead): "What is a tuple?"
-        from `Tuples`' lead, not from the entry `class tuple([iterable])` that ranked best.
+        from `Tuples`' lead, not from the entry `class tuple([iterable])` that ranked best. None: no prose to read.
         """
         entries = _entries_named(question, passages)
         anchor = _anchor(passages, strips, entries)
@@ -249,7 +243,7 @@ class ExtractiveGenerator:
                 first = _lead(opening)
                 if first is not None and first.score > (lead or max(own, default=first)).score:
                     own, lead = opening, first
-        return self._chosen(own, passages, lead) or self._best(strips, passages)
+        return self._chosen(own, passages, lead)
 
     def _chosen(
         self, candidates: Sequence[Candidate], passages: Sequence[Mapping[str, Any]], lead: Candidate | None = None
@@ -392,11 +386,7 @@ class ExtractiveGenerator:
         return strips
 
     def _read(self, question: str, passages: Sequence[Mapping[str, Any]], threshold: float) -> Answer:
-        """The best span of the passages and its sentence; a chunk refinement kept `whole` is read only with no other.
-
-        A fact stands in one sentence: where none of a chunk's sentences was graded as answering alone, its span
-        would be a guess.
-        """
+        # a fact stands in one sentence: a chunk refinement kept `whole` (none graded as answering) is read only alone
         texts = [split_title(str(p["text"]))[1] for p in passages]  # a title line is no answer
         read = [i for i, p in enumerate(passages) if not p.get("whole")] or list(range(len(passages)))
         spans = dict(zip(read, self.reranker.read(question, [texts[i] for i in read]), strict=True))  # type: ignore[attr-defined]

@@ -42,10 +42,8 @@ def strips(
 
     Strips scoring >= reranker_threshold are kept, recomposed in reading order (the best-ranked chunk's strips first);
     a kept strip that is too short keeps its whole chunk, unless that chunk graded below reranker_threshold (then
-    the strip is dropped: such a chunk never reaches the generator). A chunk graded at or above reranker_threshold
-    none of whose strips reaches it alone stands whole (`whole`), in its place: what relates it to the question is read
-    across its sentences (a question in other words than the page's), and the graph ranked it where it stands. No
-    passage: nothing survived.
+    the strip is dropped: such a chunk never reaches the generator). A chunk graded at or above it none of whose strips
+    reaches it alone stands whole (`whole`) in its place. No passage: nothing survived.
 
     Raises:
         RerankerError: the reranker failed.
@@ -54,26 +52,25 @@ def strips(
     pieces = [(s, k, section) for k, c in enumerate(chunks) for section, s in sectioned(c["text"])]
     # a strip is read under its section's title, as its chunk was
     scores = checked_scores(reranker, query, [titled(section, s) for s, _, section in pieces])
-    kept = [(score, *p) for score, p in zip(scores, pieces, strict=True) if score >= cfg.reranker_threshold]
+    threshold = cfg.reranker_threshold
+    kept = [(score, *p) for score, p in zip(scores, pieces, strict=True) if score >= threshold]
+    strips_kept, held = len(kept), {k for _, _, k, _ in kept}  # a passing chunk with none: related across sentences
+    kept += [(c["score"], "", k, "") for k, c in enumerate(chunks) if k not in held and c["score"] >= threshold]
+    kept.sort(key=lambda t: t[2])  # in the graph's order, each chunk's strips in reading order (a stable sort)
     lengths = count_tokens([s for _, s, _, _ in kept])
     context: list[Passage] = []
-    by_chunk: dict[int, list[tuple[float, str, str, int]]] = {}
+    whole: set[int] = set()
     for (score, strip, k, section), n in zip(kept, lengths, strict=True):
-        by_chunk.setdefault(k, []).append((score, strip, section, n))
-    for k, chunk in enumerate(chunks):
-        passing = chunk["score"] >= cfg.reranker_threshold
-        mine = by_chunk.get(k, [])
-        if passing and not mine:  # related to the question only across its sentences: it stands whole
+        chunk = chunks[k]
+        if not strip:
             context.append(chunk | {"whole": True})
-        whole = False
-        for score, strip, section, n in mine:
-            if n >= cfg.crag_strip_min_tokens:
-                passage: Passage = {"chunk_id": chunk["chunk_id"], "source": chunk["source"], "text": strip}
-                context.append(passage | {"score": score, "strip": True, "section": section})
-            elif passing and not whole:  # too short to stand alone: its chunk stands in
-                whole = True
-                context.append({**chunk, "score": score})
-    return context, len(kept)
+        elif n >= cfg.crag_strip_min_tokens:
+            passage: Passage = {"chunk_id": chunk["chunk_id"], "source": chunk["source"], "text": strip, "score": score}
+            context.append(passage | {"strip": True, "section": section})
+        elif k not in whole and chunk["score"] >= threshold:  # too short to stand alone: its chunk stands in
+            whole.add(k)
+            context.append({**chunk, "score": score})
+    return context, strips_kept
 
 
 def refine(state: State, run: Run) -> State:
