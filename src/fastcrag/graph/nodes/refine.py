@@ -59,7 +59,7 @@ def strips(
     kept.sort(key=lambda t: t[2])  # in the graph's order, each chunk's strips in reading order (a stable sort)
     lengths = count_tokens([s for _, s, _, _ in kept])
     context: list[Passage] = []
-    whole: set[int] = set()
+    stood_in: set[int] = set()  # chunks standing in for a strip too short
     for (score, strip, k, section), n in zip(kept, lengths, strict=True):
         chunk = chunks[k]
         if not strip:
@@ -67,8 +67,8 @@ def strips(
         elif n >= cfg.crag_strip_min_tokens:
             passage: Passage = {"chunk_id": chunk["chunk_id"], "source": chunk["source"], "text": strip, "score": score}
             context.append(passage | {"strip": True, "section": section})
-        elif k not in whole and chunk["score"] >= threshold:  # too short to stand alone: its chunk stands in
-            whole.add(k)
+        elif k not in stood_in and chunk["score"] >= threshold:  # too short to stand alone: its chunk stands in
+            stood_in.add(k)
             context.append({**chunk, "score": score})
     return context, strips_kept
 
