@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fetch a documentation corpus as Debian ships it:
 #
-#   bash scripts/fetch_docs_corpus.sh [--corpus git|flask|postgresql|django|apache|typer|eigen|libssh] DIR
+#   bash scripts/fetch_docs_corpus.sh [--corpus git|flask|postgresql|django|apache|typer|eigen|libssh|jsoup|proftpd] DIR
 #
 # git (the default): Git's HTML manual, package git-doc 1:2.39.5-0+deb12u3 (Debian 12 "bookworm", GPL-2): the
 # manual's top-level HTML pages (the command manual pages, the user manual, the tutorials, the glossary: 205 pages).
@@ -30,6 +30,14 @@
 # Debian's security archive: the top-level pages of its html folder, the tutorial chapters and the API reference by
 # module and class (127 pages; not the source listings, member lists and folder listings). A fourth held-out corpus:
 # tests/data/docs_heldout_libssh.jsonl names pages relative to DIR.
+# jsoup: jsoup 1.15.3's API documentation as Javadoc built it, package libjsoup-java-doc 1.15.3-1 (MIT): the overview
+# page (index.html) and each package's summary and class pages (126 pages; not the class-use folders, package trees
+# and use lists, nor the index, class lists, deprecated list, constant values and serialized form). A fifth held-out
+# corpus: tests/data/docs_heldout_jsoup.jsonl names pages relative to DIR.
+# proftpd: the ProFTPD 1.3.8 documentation, package proftpd-doc 1.3.8+dfsg-4+deb12u5 (GPL-2+), hand-written HTML
+# pages (no documentation generator): the howtos, the core and contributed modules' pages, the directive list and the
+# package's index (130 pages, with their paths; not faq.html, DocBook's output under its own terms). A sixth
+# held-out corpus: tests/data/docs_heldout_proftpd.jsonl names pages relative to DIR.
 #
 # The package's SHA-256 is checked, and its copyright file is put into DIR with the pages. Run it again: nothing is
 # downloaded when DIR already holds this version. The corpus is not part of the repository.
@@ -46,7 +54,7 @@ CORPUS=git
 ARCHIVE=""  # the corpus's archive when it is not the main one
 EXCLUDE=""  # names (find -name patterns) of pages left out of what PARTS takes
 if [ "${1:-}" = "--corpus" ]; then
-    [ $# -ge 2 ] || die "--corpus needs git, flask, postgresql, django, apache, typer, eigen or libssh"
+    [ $# -ge 2 ] || die "--corpus needs git, flask, postgresql, django, apache, typer, eigen, libssh, jsoup or proftpd"
     CORPUS="$2"
     shift 2
 fi
@@ -134,12 +142,35 @@ libssh)
     PARTS=""  # the top-level pages
     EXCLUDE="*_source.html *-members.html dir_*.html"  # source listings, member lists, folder listings
     ;;
-*) die "unknown corpus '$CORPUS' (git, flask, postgresql, django, apache, typer, eigen or libssh)" ;;
+jsoup)
+    PACKAGE=libjsoup-java-doc
+    VERSION="1.15.3-1"
+    FILE="libjsoup-java-doc_1.15.3-1_all.deb"
+    POOL="pool/main/j/jsoup/$FILE"
+    SHA256=3833784dbb5236bab2e0c4fd8e1fc3bb676baa4a006181a57f3f0af73ea067c8
+    DOCS=usr/share/doc/libjsoup-java/api  # (the package puts its pages under libjsoup-java's folder)
+    COPYRIGHT=usr/share/doc/libjsoup-java-doc/copyright
+    # the overview and each package's pages (globs, expanded in DOCS): not the class-use folders beneath them
+    PARTS="index.html org/jsoup/*.html org/jsoup/examples/*.html org/jsoup/helper/*.html org/jsoup/internal/*.html
+        org/jsoup/nodes/*.html org/jsoup/parser/*.html org/jsoup/safety/*.html org/jsoup/select/*.html"
+    EXCLUDE="package-tree.html package-use.html"  # the packages' class trees and use lists
+    ;;
+proftpd)
+    PACKAGE=proftpd-doc
+    VERSION="1.3.8+dfsg-4+deb12u5"
+    FILE="proftpd-doc_1.3.8+dfsg-4+deb12u5_all.deb"
+    POOL="pool/main/p/proftpd-dfsg/$FILE"
+    SHA256=6db51434fb08b75d94dbeac56cbea60f201b04416fcb8aadfb9d5ed8b2798e99
+    DOCS=usr/share/doc/proftpd-doc
+    COPYRIGHT=usr/share/doc/proftpd-doc/copyright
+    PARTS="index.html howto modules contrib directives"  # with their paths; not faq.html (DocBook's, under its own terms)
+    ;;
+*) die "unknown corpus '$CORPUS' (git, flask, postgresql, django, apache, typer, eigen, libssh, jsoup or proftpd)" ;;
 esac
 MIRROR="${FASTRAG_DEBIAN_MIRROR:-${ARCHIVE:-http://deb.debian.org/debian}}"
 MARKER=".fastcrag-corpus"
 
-[ $# -eq 1 ] || die "usage: bash scripts/fetch_docs_corpus.sh [--corpus git|flask|postgresql|django|apache|typer|eigen|libssh] DIR (the folder to put it in)"
+[ $# -eq 1 ] || die "usage: bash scripts/fetch_docs_corpus.sh [--corpus git|flask|postgresql|django|apache|typer|eigen|libssh|jsoup|proftpd] DIR (the folder to put it in)"
 DEST="$1"
 STAMP="$PACKAGE=$VERSION sha256=$SHA256"
 

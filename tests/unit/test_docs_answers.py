@@ -328,7 +328,7 @@ def test_the_git_set_is_thirty_distinct_questions_with_their_facts() -> None:
     assert_own_sentences_have_the_substance(questions)
 
 
-@pytest.mark.parametrize("corpus", ["apache", "typer", "eigen", "libssh"])
+@pytest.mark.parametrize("corpus", ["apache", "typer", "eigen", "libssh", "proftpd", "jsoup"])
 def test_each_held_out_set_is_thirty_distinct_questions_with_their_facts(corpus: str) -> None:
     questions = load_questions(DEVSET.with_name(f"docs_heldout_{corpus}.jsonl"))
     assert len(questions) == 30 and len({q.question for q in questions}) == 30 and len({q.id for q in questions}) == 30
