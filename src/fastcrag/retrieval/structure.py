@@ -37,7 +37,7 @@ _PLAIN = re.compile(r"[a-z][a-z'-]*[,;:]?")
 _QUOTED = re.compile(r"[\"“][\w-]+[\"”]")
 _PROSE_START = re.compile(r"[A-Z][a-z]+[,:]?|" + _QUOTED.pattern)
 """A word that can open a prose sentence after a grammar block: a capitalised word or a quoted name."""
-_LEAD_WORDS = frozenset({"A", "An", "The", "This", "These", "In", "Python", "Each", "When", "If"})
+_LEAD_WORDS = frozenset({"A", "An", "The", "This", "These", "In", "Each", "When", "If"})
 """Words that open a definition after a heading glued to it ("Function definitions A function definition ...")."""
 _MAX_TITLE_WORDS = 5
 
