@@ -28,6 +28,9 @@ from typing import Any
 
 import numpy as np
 
+from fastcrag.fitting.mix import is_dev_group
+from fastcrag.fitting.pseudo import logit
+
 GRADER = "src/fastcrag/models/grader"
 WEIGHTS: dict[str, tuple[float, float, float] | None] = {  # on (grader logit, MiniLM cosine, mpnet cosine)
     "grader": (1, 0, 0),
@@ -40,11 +43,6 @@ WEIGHTS: dict[str, tuple[float, float, float] | None] = {  # on (grader logit, M
 }
 
 
-def _logit(p: float) -> float:
-    p = min(max(p, 1e-6), 1 - 1e-6)
-    return math.log(p / (1 - p))
-
-
 def score_pool(mpnet: Any, grader: Any, mini: Any, n: int) -> dict[str, Any]:
     """Grader logits and both cosines for `n` pairs of the pool's dev split."""
     from fastcrag.fitting.mix import PoolConfig
@@ -55,7 +53,7 @@ def score_pool(mpnet: Any, grader: Any, mini: Any, n: int) -> dict[str, Any]:
     random.Random(0).shuffle(dev)
     dev = dev[:n]
     qs, ps = [d.question for d in dev], [d.passage for d in dev]
-    g = np.array([_logit(grader.score(q, [p])[0]) for q, p in zip(qs, ps, strict=True)])
+    g = np.array([logit(grader.score(q, [p])[0]) for q, p in zip(qs, ps, strict=True)])
     cm = (np.asarray(mini.encode(qs)) * np.asarray(mini.encode(ps))).sum(1)
     eq = mpnet.encode(qs, batch_size=32, normalize_embeddings=True)
     ep = mpnet.encode(ps, batch_size=32, normalize_embeddings=True)
@@ -84,7 +82,7 @@ def score_probe(mpnet: Any, grader: Any, mini: Any, indexes: dict[str, str]) -> 
         for key in ("reworded", "question"):
             vecs = np.asarray(mini.encode([p[key], *texts]))
             e = mpnet.encode([p[key], *texts], batch_size=16, normalize_embeddings=True)
-            row[key] = np.stack([[_logit(s) for s in grader.score(p[key], texts)], vecs[1:] @ vecs[0], e[1:] @ e[0]])
+            row[key] = np.stack([[logit(s) for s in grader.score(p[key], texts)], vecs[1:] @ vecs[0], e[1:] @ e[0]])
         rows.append(row)
     return rows
 
@@ -95,11 +93,11 @@ def report(pool: dict[str, Any], rows: list[dict[str, Any]], threshold: float) -
     from sklearn.metrics import roc_auc_score
 
     y, feats = pool["y"], np.stack([pool["g"], pool["cm"], pool["cp"]], 1)
-    half = np.array([hash(g) % 2 for g in pool["groups"]])
+    half = np.array([is_dev_group(f"half:{g}", 50.0) for g in pool["groups"]])  # stable, by document
     weights = dict(WEIGHTS)
     for name, cols in (("grader + MiniLM (fit)", [0, 1]), ("grader + mpnet (fit)", [0, 2])):
         aucs = []
-        for k in (0, 1):
+        for k in (False, True):
             lr = LogisticRegression().fit(feats[half == k][:, cols], y[half == k])
             aucs.append(roc_auc_score(y[half != k], lr.decision_function(feats[half != k][:, cols])))
         coef = LogisticRegression().fit(feats[:, cols], y).coef_[0]
@@ -110,7 +108,7 @@ def report(pool: dict[str, Any], rows: list[dict[str, Any]], threshold: float) -
         print(f"pool dev: {name}: AUC on the other half {aucs[0]:.4f} / {aucs[1]:.4f}, weights {np.round(coef, 3)}")
     for name, col in (("grader", 0), ("MiniLM cosine", 1), ("mpnet cosine", 2)):
         print(f"pool dev: {name}: AUC {roc_auc_score(y, feats[:, col]):.4f}")
-    t4 = _logit(threshold)
+    t4 = logit(threshold)
     fpr = float(((pool["g"] >= t4) & (y == 0)).sum() / (y == 0).sum())
     print(f"\nthe grader's reranker_threshold {threshold} passes {fpr:.3f} of the pool's wrong passages")
     right = np.array([r["reworded"][0, 0] for r in rows])
