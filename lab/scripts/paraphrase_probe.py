@@ -25,6 +25,7 @@ import math
 import re
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -126,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--squad", default=str(SHARED_DATA / "squad2-dev"), help="SQuAD v2 JSON file or folder")
     ap.add_argument("--out", default="", help="also write the figures as JSON here")
     args = ap.parse_args(argv)
-    from fastcrag.grading.reranker import calibration_for, load_reranker
+    from fastcrag.grading.reranker import calibration_for, checked_scores, load_reranker
 
     pairs = [json.loads(line) for line in Path(args.probe).read_text(encoding="utf-8").splitlines() if line.strip()]
     indexes = dict(i.split("=", 1) for i in args.index)
@@ -139,7 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         calibration = load_calibration(Path(cal) if cal else calibration_for(None, folder), expected_model=grader.name)
         threshold = calibration.reranker_threshold
         first_threshold = threshold if math.isnan(first_threshold) else first_threshold
-        results[grader.name] = {"threshold": threshold, **measure(pairs, candidates, grader.score, threshold)}
+        graded = measure(pairs, candidates, partial(checked_scores, grader), threshold)  # as the graph grades
+        results[grader.name] = {"threshold": threshold, **graded}
     if args.teacher:
         results[f"teacher:{Path(args.teacher).name}"] = {
             "threshold": first_threshold,

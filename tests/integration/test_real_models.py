@@ -101,6 +101,20 @@ def test_readme_question_extractive_answer_carries_no_markup() -> None:
     assert not re.search(r"^\s*\.\. |:\w+:`", answer, re.MULTILINE), answer  # no reST directives or roles
 
 
+def test_a_question_asked_with_its_askers_situation_is_answered() -> None:
+    # the whole message grades the right chunk far below the threshold; its ask, the last sentence, does not
+    message = (
+        "I'm writing Windows folder paths as raw strings and the ones that end in a backslash give me a syntax "
+        "error; can a raw string literal end with a backslash?"
+    )
+    result = fastcrag("ask", message, "--json", "--llm", "extractive")
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["crag"]["action"] != "abstain", out["crag"]
+    assert out["citations"][0]["source"] == "pydoc:strings"
+    assert "raw literal cannot end in a single backslash" in out["answer"]
+
+
 def test_embedded_default_abstains_off_corpus() -> None:
     result = fastcrag("ask", "Who won the 2018 FIFA World Cup?", "--json")
     assert result.returncode == 0, result.stderr

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from fastcrag.cache import Lazy, LRUCache
+from fastcrag.grading.asks import ask_of
 from fastcrag.grading.conditions import conditioned
 from fastcrag.grading.onnx_grader import OnnxCrossEncoderReranker
 from fastcrag.grading.reader import Span, is_reader
@@ -42,22 +43,26 @@ class Reranker(Protocol):
 def checked_scores(reranker: Reranker, query: str, texts: Sequence[str], condition_factor: float = 1.0) -> list[float]:
     """Score with `reranker` and validate the result.
 
-    Texts lacking a condition `query` names are then scored down by `condition_factor` (`conditioned`; 1: unchecked).
+    A message that asks after sentences of its own grades each text against itself and its ask (`ask_of`), keeping
+    the higher grade. Texts lacking a condition `query` names are then scored down by `condition_factor`
+    (`conditioned`; 1: unchecked).
 
     Raises:
         RerankerError: the reranker raised, or returned the wrong number of scores, a NaN, or a value outside [0, 1].
     """
     if not texts:
         return []
-    try:
-        raw = list(reranker.score(query, texts))
-    except Exception as exc:  # any reranker failure must become a traced abstention, not a crash
-        raise RerankerError(f"reranker {reranker.name!r} raised {type(exc).__name__}: {exc}") from exc
-    if len(raw) != len(texts):
-        raise RerankerError(f"reranker {reranker.name!r} returned {len(raw)} scores for {len(texts)} texts")
-    scores = [float(s) for s in raw]
-    if any(math.isnan(s) or s < 0.0 or s > 1.0 for s in scores):
-        raise RerankerError(f"reranker {reranker.name!r} returned a score that is NaN or outside [0, 1]")
+    scores = [0.0] * len(texts)
+    for asked in [query, ask] if (ask := ask_of(query)) else [query]:  # a message and its ask: the higher grade
+        try:
+            raw = [float(s) for s in reranker.score(asked, texts)]
+        except Exception as exc:  # any reranker failure must become a traced abstention, not a crash
+            raise RerankerError(f"reranker {reranker.name!r} raised {type(exc).__name__}: {exc}") from exc
+        if len(raw) != len(texts):
+            raise RerankerError(f"reranker {reranker.name!r} returned {len(raw)} scores for {len(texts)} texts")
+        if any(math.isnan(s) or s < 0.0 or s > 1.0 for s in raw):
+            raise RerankerError(f"reranker {reranker.name!r} returned a score that is NaN or outside [0, 1]")
+        scores = [max(a, b) for a, b in zip(scores, raw, strict=True)]
     return conditioned(query, texts, scores, condition_factor)
 
 
