@@ -119,18 +119,6 @@ def cmd_results(args: argparse.Namespace) -> int:
     return 0
 
 
-def _common(p: argparse.ArgumentParser, out: str) -> None:
-    p.add_argument("--out", default=out, help=f"output folder (default: {out})")
-    p.add_argument(
-        "--threads",
-        type=int,
-        default=1,
-        help="CPU threads per model (default: 1; oversubscribed threads spin on a shared machine; 0: library default)",
-    )
-    p.add_argument("--fresh", action="store_true", help="discard earlier results in --out instead of resuming")
-    _grader(p)
-
-
 def _grader(p: argparse.ArgumentParser) -> None:
     """The settings a run may override: which grader, which calibration."""
     p.add_argument("--reranker", help="grader folder, model name or `bi-encoder` (default: FASTRAG_RERANKER)")
