@@ -43,9 +43,8 @@ class Reranker(Protocol):
 def checked_scores(reranker: Reranker, query: str, texts: Sequence[str], condition_factor: float = 1.0) -> list[float]:
     """Score with `reranker` and validate the result.
 
-    A message that asks after sentences of its own grades each text against itself and its ask (`ask_of`), keeping
-    the higher grade. Texts lacking a condition `query` names are then scored down by `condition_factor`
-    (`conditioned`; 1: unchecked).
+    A message of several sentences is graded as a whole and as its ask (`ask_of`); each text keeps the higher grade.
+    Texts lacking a condition `query` names are then scored down by `condition_factor` (`conditioned`; 1: unchecked).
 
     Raises:
         RerankerError: the reranker raised, or returned the wrong number of scores, a NaN, or a value outside [0, 1].
