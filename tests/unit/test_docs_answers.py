@@ -31,6 +31,7 @@ from fastcrag.retrieval.structure import fragment, opening
 DEVSET = Path(__file__).resolve().parents[1] / "data" / "docs_devset_python.jsonl"
 GIT_DEVSET = DEVSET.with_name("docs_devset_git.jsonl")
 FLASK_DEVSET = DEVSET.with_name("docs_devset_flask.jsonl")
+GIT_NEWCOMER_SET = DEVSET.with_name("docs_devset_git_newcomer.jsonl")
 
 WITH = DocsQuestion(
     "with",
@@ -328,6 +329,22 @@ def test_the_git_set_is_thirty_distinct_questions_with_their_facts() -> None:
     assert_own_sentences_have_the_substance(questions)
 
 
+def test_the_git_newcomer_set_is_thirty_questions_half_of_them_asked_after_the_askers_situation() -> None:
+    questions = load_questions(GIT_NEWCOMER_SET)
+    assert len(questions) == 30 and len({q.question for q in questions}) == 30
+    assert all(q.id.startswith("gn-") and q.sentence and q.key_terms and q.sources for q in questions)
+    assert all(s.endswith(".html") and "/" not in s and "\\" not in s for q in questions for s in q.sources)
+    assert {k: sum(q.kind == k for q in questions) for k in ("explain", "how", "factoid")} == {
+        "explain": 10,
+        "how": 15,
+        "factoid": 5,
+    }
+    assert sum(len(re.split(r"(?<=[.?;])\s+", q.question.strip())) > 1 for q in questions) == 15
+    older = {q.question for q in load_questions(GIT_DEVSET)}
+    assert not older & {q.question for q in questions}
+    assert_own_sentences_have_the_substance(questions)
+
+
 @pytest.mark.parametrize("corpus", ["apache", "typer", "eigen", "libssh", "proftpd", "jsoup"])
 def test_each_held_out_set_is_thirty_distinct_questions_with_their_facts(corpus: str) -> None:
     questions = load_questions(DEVSET.with_name(f"docs_heldout_{corpus}.jsonl"))
@@ -353,7 +370,7 @@ GIT_CORPUS = os.environ.get("FASTRAG_DOCS_CORPUS")
 @pytest.mark.skipif(
     not GIT_CORPUS, reason="set FASTRAG_DOCS_CORPUS to the folder of scripts/fetch_docs_corpus.sh (Git's manual)"
 )
-def test_the_git_set_sentences_and_terms_stand_in_their_pages() -> None:
+def test_the_git_sets_sentences_and_terms_stand_in_their_pages() -> None:
     from fastcrag.retrieval.loaders import load_documents
 
     folder = Path(str(GIT_CORPUS))
@@ -366,7 +383,7 @@ def test_the_git_set_sentences_and_terms_stand_in_their_pages() -> None:
         return re.sub(r"\( ", "(", re.sub(" ([,.;:!?)'\u2019])", r"\1", text))
 
     flats = {name: flat(text) for name, text in pages.items()}
-    for q in load_questions(GIT_DEVSET):
+    for q in [*load_questions(GIT_DEVSET), *load_questions(GIT_NEWCOMER_SET)]:
         sentence = flat(q.sentence)
         assert sentence in flats[q.sources[0]], q.id  # verbatim in its page
         for source in q.sources:  # another page that answers it states the same facts
