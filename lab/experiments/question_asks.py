@@ -26,7 +26,7 @@ from typing import Any
 from unittest import mock
 
 from lab.data import SHARED_DATA
-from lab.scripts.paraphrase_probe import is_same_passage
+from lab.scripts.paraphrase_probe import first_pass, is_same_passage
 
 MEASURES = ("kept", "first", "off")
 OTHER = {"python": "git", "git": "flask", "flask": "python", "squad": "git"}  # where a pair is asked off-corpus
@@ -34,20 +34,7 @@ OTHER = {"python": "git", "git": "flask", "flask": "python", "squad": "git"}  # 
 
 def retrievers(indexes: dict[str, str], squad: Path) -> dict[str, Any]:
     """The graph's first pass per corpus: Python's embedded reference, Git and Flask indexes, SQuAD's paragraphs."""
-    from fastcrag.components import Components
-    from fastcrag.config.settings import Settings
-    from fastcrag.datasets import read_squad, squad_corpus_and_questions
-    from fastcrag.evaluation.common import squad_store
-    from fastcrag.retrieval.hybrid import HybridRetriever
-
-    settings = Settings()
-    docs, _ = squad_corpus_and_questions(read_squad(squad))
-    store = squad_store(docs, settings.chunk_tokens, settings.chunk_overlap)
-    out: dict[str, Any] = {"squad": HybridRetriever(store=store, mode=settings.retrieval, k=settings.top_k)}
-    for corpus in ("python", *indexes):
-        index = None if corpus == "python" else Path(indexes[corpus])
-        out[corpus] = Components(settings.model_copy(update={"index_dir": index})).retriever()
-    return out
+    return {corpus: first_pass(corpus, indexes, squad) for corpus in ("squad", "python", *indexes)}
 
 
 def texts(retriever: Any, question: str) -> list[str]:
@@ -94,7 +81,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     pairs = [json.loads(line) for line in Path(args.probe).read_text(encoding="utf-8").splitlines() if line.strip()]
     found = retrievers(dict(i.split("=", 1) for i in args.index), Path(args.squad))
     pairs = [p for p in pairs if p["corpus"] in found and OTHER[p["corpus"]] in found]
-    cands = {p["id"]: tuple(texts(found[c], p["reworded"]) for c in (p["corpus"], OTHER[p["corpus"]])) for p in pairs}
+    cands = {
+        p["id"]: (texts(found[p["corpus"]], p["reworded"]), texts(found[OTHER[p["corpus"]]], p["reworded"]))
+        for p in pairs
+    }
     spec = default_reranker_spec()
     grader = load_reranker(spec)
     threshold = load_calibration(calibration_for(None, spec), expected_model=grader.name).reranker_threshold

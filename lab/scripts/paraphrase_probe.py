@@ -47,24 +47,33 @@ def is_same_passage(candidate: str, passage: str) -> bool:
     return bool(gold) and len(gold & _words(candidate)) >= 0.6 * len(gold)
 
 
-def candidates_by_corpus(pairs: Sequence[dict[str, Any]], indexes: dict[str, str], squad: Path) -> dict[str, list[str]]:
-    """The graph's first-pass candidates for each pair's rewording, by pair id (corpora without an index: none)."""
+def first_pass(corpus: str, indexes: dict[str, str], squad: Path) -> Any:
+    """The graph's first pass over a probe corpus (None for a corpus `indexes` does not name).
+
+    SQuAD's paragraphs, Python's embedded reference, or the index `indexes` names for Git or Flask.
+    """
     from fastcrag.components import Components
     from fastcrag.datasets import read_squad, squad_corpus_and_questions
     from fastcrag.evaluation.common import squad_store
     from fastcrag.retrieval.hybrid import HybridRetriever
 
     settings = Settings()
+    if corpus == "squad":
+        docs, _ = squad_corpus_and_questions(read_squad(squad))
+        store = squad_store(docs, settings.chunk_tokens, settings.chunk_overlap)
+        return HybridRetriever(store=store, mode=settings.retrieval, k=settings.top_k)
+    if corpus == "python" or corpus in indexes:
+        index = None if corpus == "python" else Path(indexes[corpus])
+        return Components(settings.model_copy(update={"index_dir": index})).retriever()
+    return None
+
+
+def candidates_by_corpus(pairs: Sequence[dict[str, Any]], indexes: dict[str, str], squad: Path) -> dict[str, list[str]]:
+    """The graph's first-pass candidates for each pair's rewording, by pair id (corpora without an index: none)."""
     out: dict[str, list[str]] = {}
     for corpus in sorted({p["corpus"] for p in pairs}):
-        if corpus == "squad":
-            docs, _ = squad_corpus_and_questions(read_squad(squad))
-            store = squad_store(docs, settings.chunk_tokens, settings.chunk_overlap)
-            retriever: Any = HybridRetriever(store=store, mode=settings.retrieval, k=settings.top_k)
-        elif corpus == "python" or corpus in indexes:
-            index = None if corpus == "python" else Path(indexes[corpus])
-            retriever = Components(settings.model_copy(update={"index_dir": index})).retriever()
-        else:
+        retriever = first_pass(corpus, indexes, squad)
+        if retriever is None:
             print(f"{corpus}: no --index given, its pairs are left out")
             continue
         for p in pairs:
