@@ -32,7 +32,7 @@ from fastcrag.generation.extractive import ExtractiveGenerator
 from fastcrag.generation.flare import FlareWriter, unsupported
 from fastcrag.generation.generators import ChatBacked, ChatGenerator, Generator
 from fastcrag.grading.reranker import Reranker, calibration_for, default_reranker_spec, load_reranker
-from fastcrag.retrieval.embeddings import default_embeddings
+from fastcrag.retrieval.embeddings import Embedder, default_embeddings, embedder_name
 from fastcrag.retrieval.hybrid import HybridRetriever, RoutedSearch, SearchableStore
 from fastcrag.retrieval.indexing import ensure_default_index
 from fastcrag.retrieval.store import FaissStore
@@ -219,9 +219,16 @@ class Components:
         """
         return self._run_configs(as_context(context))
 
+    def embedder(self) -> Embedder:
+        """The configured embedder (`FASTRAG_EMBEDDER`), as the index's search uses it."""
+        return default_embeddings(self.settings.embedder)
+
     def _resolve(self, context: Context) -> RunConfig:
         calibration = self.calibration()
         flare = calibration.flare_threshold
+        floor = calibration.answer_floor
+        if floor is not None and calibration.answer_embedder != embedder_name(self.embedder()):
+            floor = None  # drawn on another embedder's cosines
         return resolve(
             self.settings,
             calibration.thresholds(),
@@ -229,6 +236,7 @@ class Components:
             calibration.rerank_weight,
             calibration.condition_factor,
             packaged_flare_threshold() if flare is None else flare,
+            floor,
         )
 
     def warm_up(self) -> None:

@@ -115,6 +115,41 @@ def test_a_question_asked_with_its_askers_situation_is_answered() -> None:
     assert "raw literal cannot end in a single backslash" in out["answer"]
 
 
+@pytest.mark.parametrize(
+    ("answer", "embedder", "answered"),
+    [
+        ("The Eiffel Tower stands on the Champ de Mars in Paris.", None, True),
+        ("Decomposition: HouseholderQR; Requirements on the matrix: None.", None, False),
+        ("Decomposition: HouseholderQR; Requirements on the matrix: None.", "another-embedder", True),
+    ],
+)
+def test_an_answer_whose_meaning_is_not_the_questions_abstains(
+    answer: str, embedder: str | None, answered: bool
+) -> None:
+    from fastcrag.config.calibration import load_calibration
+
+    from fakes import CALIBRATION, FakeChat, ListRetriever, ScriptedReranker, doc
+
+    packaged = load_calibration(None)
+    assert packaged.answer_floor is not None and packaged.answer_embedder
+    calibration = CALIBRATION.model_copy(
+        update={"answer_floor": packaged.answer_floor, "answer_embedder": embedder or packaged.answer_embedder}
+    )
+    graph = build_graph(
+        retriever=ListRetriever(docs=[doc(answer, "c1")]),
+        reranker=ScriptedReranker({"Eiffel": 0.9, "matrix": 0.9}),
+        llm=FakeChat(answer=answer),
+        calibration=calibration,
+        settings=Settings(),
+    )
+    out = graph.invoke({"question": "Where is the Eiffel Tower?"})
+    if answered:
+        assert out["answer"] == answer and out["crag"]["action"] != "abstain", out["crag"]
+    else:
+        assert out["crag"]["action"] == "abstain", out["crag"]
+        assert "the answer's meaning is not the question's" in out["crag"]["failure"], out["crag"]
+
+
 def test_embedded_default_abstains_off_corpus() -> None:
     result = fastcrag("ask", "Who won the 2018 FIFA World Cup?", "--json")
     assert result.returncode == 0, result.stderr

@@ -100,6 +100,18 @@ class Calibration(BaseModel):
         "same corpus). A label-free fit lowers its pseudo-questions' grades by it before drawing thresholds (None: "
         "not measured; no shift).",
     )
+    answer_floor: float | None = Field(
+        None,
+        ge=-1.0,
+        le=1.0,
+        description="An answer whose cosine with the question (`answer_embedder`'s vectors; the better of the message "
+        "and its ask) is below this abstains: its meaning is not the question's (None: no check). A property of the "
+        "embedder, not of the grader: drawn by `python -m lab.scripts.answer_floor`, kept by `lab calibrate` and "
+        "`fastcrag fit`.",
+    )
+    answer_embedder: str | None = Field(
+        None, description="The embedder `answer_floor` was drawn with; under any other the check is off."
+    )
     data: str = ""
     sample: CalibrationSample | None = Field(
         None, description="The questions the thresholds were drawn on (None: not recorded)."

@@ -240,7 +240,8 @@ class RunConfig:
     sentence is uncertain. Not knobs: `grade_batch` (a setting) grades candidates in
     batches until one clears `crag_upper`; `rerank_weight` (calibration.json) orders them: the grader's order mixed
     with the first pass's; `condition_factor` (calibration.json) scores down chunks lacking a condition the question
-    names (a year, an edition, a quarter, a month).
+    names (a year, an edition, a quarter, a month); `answer_floor` (calibration.json, under the embedder it was drawn
+    with) is the cosine of question and answer below which a CRAG answer abstains (None: no check).
     """
 
     crag_enabled: bool
@@ -260,6 +261,7 @@ class RunConfig:
     grade_batch: int = 0
     rerank_weight: Threshold = 1.0
     condition_factor: Threshold = 1.0
+    answer_floor: float | None = None
 
     @property
     def plain_rag(self) -> bool:
@@ -292,8 +294,9 @@ def resolve(
     rerank_weight: float = 1.0,
     condition_factor: float = 1.0,
     flare_threshold: float = 0.0,
+    answer_floor: float | None = None,
 ) -> RunConfig:
-    """Merge settings, calibration (thresholds, candidate order, condition check, FLARE's confidence) and a context.
+    """Merge settings, calibration (thresholds, order, condition check, FLARE's confidence, answer floor), context.
 
     `flare_threshold` 0 (a caller that reads no calibration) makes every sentence confident: no active retrieval.
 
@@ -312,5 +315,6 @@ def resolve(
         grade_batch=settings.grade_batch,
         rerank_weight=rerank_weight,
         condition_factor=condition_factor,
+        answer_floor=answer_floor,
         **merged,
     )

@@ -441,6 +441,9 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
             reader_threshold=None if chosen.reader is None else round(chosen.reader, 6),
             rerank_weight=weight,
             condition_factor=factor,
+            # the embedder's, whatever the grader: kept as packaged
+            answer_floor=load_calibration(None).answer_floor,
+            answer_embedder=load_calibration(None).answer_embedder,
             data=data,
             sample=CalibrationSample(
                 questions=labels.name if labels else None,

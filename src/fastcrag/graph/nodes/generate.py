@@ -7,13 +7,18 @@ from typing import Any
 from fastcrag import metrics
 from fastcrag.components import Components
 from fastcrag.generation.generators import generate_answer
+from fastcrag.grading.relevance import answer_cosine
 from fastcrag.graph.nodes import Node
 from fastcrag.graph.nodes.stage import Run, reply, stage, trace
 from fastcrag.graph.state import Citation, State
 
 
 def generate(state: State, run: Run) -> State:
-    """Generate; a generator failure or an empty answer becomes a `failure` (routed to abstain)."""
+    """Generate; a generator failure, an empty answer or an off-question one becomes a `failure` (to abstain).
+
+    An answer is off the question when its cosine with it is below the calibration's `answer_floor`
+    (`grading.relevance`); plain RAG never checks.
+    """
     cfg = run.cfg
     passages = list(state.get("context") or [])
     try:
@@ -29,6 +34,13 @@ def generate(state: State, run: Run) -> State:
         text = answer.text.strip()
         if not text:
             raise ValueError("the generator returned an empty answer")
+        if cfg.answer_floor is not None and not cfg.plain_rag:
+            cosine = answer_cosine(run.parts.embedder(), str(state["question"]), text)
+            if cosine < cfg.answer_floor:
+                raise ValueError(
+                    f"the answer's meaning is not the question's (cosine {cosine:.3f}, below the calibrated "
+                    f"answer_floor {cfg.answer_floor:g})"
+                )
         citations = _citations(answer.used, [*passages, *answer.read])
     except Exception as exc:  # never an answer without grounding: abstain with the reason
         return {"failure": {"code": "generation", "message": f"generation failed: {type(exc).__name__}: {exc}"}}
