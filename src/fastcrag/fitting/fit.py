@@ -434,6 +434,7 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
                 f"label-free: {len(pseudo)} pseudo-questions made from {drawn_from} ({_kinds(opts)}), "
                 f"seed {opts.seed}; classes answerable, gold removed (the sentence that states the answer cut out)"
             )
+        floor = load_calibration(None)  # the answer's floor is the embedder's, whatever the grader: kept as packaged
         calibration = Calibration(
             reranker_model=kept_name,
             reranker_threshold=round(chosen.lower, 6),
@@ -441,9 +442,8 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
             reader_threshold=None if chosen.reader is None else round(chosen.reader, 6),
             rerank_weight=weight,
             condition_factor=factor,
-            # the embedder's, whatever the grader: kept as packaged
-            answer_floor=load_calibration(None).answer_floor,
-            answer_embedder=load_calibration(None).answer_embedder,
+            answer_floor=floor.answer_floor,
+            answer_embedder=floor.answer_embedder,
             data=data,
             sample=CalibrationSample(
                 questions=labels.name if labels else None,
