@@ -9,15 +9,12 @@ better of the message and its ask (`asks.ask_of`), as the grader grades both. It
 
 from __future__ import annotations
 
-import numpy as np
-from langchain_core.embeddings import Embeddings
-
 from fastcrag.grading.asks import ask_of
+from fastcrag.retrieval.embeddings import Embedder
 
 
-def answer_cosine(embedder: Embeddings, question: str, answer: str) -> float:
+def answer_cosine(embedder: Embedder, question: str, answer: str) -> float:
     """The cosine of `answer` with `question`, or with the question's ask where that is nearer."""
     asked = [question] + ([ask] if (ask := ask_of(question)) else [])
-    vectors = np.asarray(embedder.embed_documents([answer, *asked]), dtype=np.float64)
-    vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    vectors = embedder.encode([answer, *asked])  # unit vectors
     return float((vectors[1:] @ vectors[0]).max())
