@@ -30,7 +30,7 @@ import numpy as np
 from langchain_core.embeddings import Embeddings
 from tqdm import tqdm
 
-from fastcrag.cache import Lazy
+from fastcrag.cache import Lazy, LRUCache
 from fastcrag.config.settings import Settings
 from fastcrag.modelmeta import read_model_meta
 from fastcrag.ortsession import cpu_session, ort_threads, text_tokenizer
@@ -44,6 +44,9 @@ ONNX_SPEC = "onnx-int8"
 PACKAGED_EMBEDDER = Path(__file__).resolve().parent.parent / "models" / "embedder"
 MAX_TOKENS = 256  # all-MiniLM-L6-v2's max_seq_length (sentence_bert_config.json): longer texts are truncated
 PER_TEXT = "+per-text"
+VECTOR_CACHE_SIZE = 4096
+"""Texts whose vectors a per-text embedder keeps (a question is embedded by the search, the answer's choice and its
+check; a page's sentences by every question that reads them): exact, since a text's vector is the same alone."""
 """What an ONNX embedder's recorded name adds to its model's name: each text embedded alone (see the module's doc)."""
 
 
@@ -141,8 +144,9 @@ class OnnxEmbeddings(Embedder):
 
     The folder holds `model.onnx` (output `sentence_embedding`), `tokenizer.json` and `fastcrag_model.json`
     (`name`, `dimension`, `max_length`). Each text is embedded alone (one ONNX Runtime call on one thread, no
-    padding), so its vector does not depend on what it is embedded with; `threads` texts run at once. The recorded
-    `name` is the model's with `PER_TEXT` added. The session loads on first use; nothing is downloaded.
+    padding), so its vector does not depend on what it is embedded with; `threads` texts run at once; the last
+    `VECTOR_CACHE_SIZE` texts' vectors are kept. The recorded `name` is the model's with `PER_TEXT` added. The session
+    loads on first use; nothing is downloaded.
     """
 
     def __init__(self, path: str | Path = PACKAGED_EMBEDDER, threads: int | None = None) -> None:
@@ -160,6 +164,7 @@ class OnnxEmbeddings(Embedder):
         self.max_length = int(meta.get("max_length", MAX_TOKENS))
         self.threads = ort_threads(threads) or os.cpu_count() or 1
         self._runtime: Lazy[_Runtime] = Lazy(self._load)
+        self._vectors: LRUCache[str, Any] = LRUCache(VECTOR_CACHE_SIZE)
 
     def _load(self) -> _Runtime:
         tokenizer = text_tokenizer(self.path / "tokenizer.json", self.max_length)
@@ -172,7 +177,10 @@ class OnnxEmbeddings(Embedder):
         return self._runtime.get().tokenizer
 
     def _embed(self, text: str) -> Any:
-        """One text's unit vector: the text alone in one ONNX Runtime call."""
+        """One text's unit vector: the text alone in one ONNX Runtime call (or the vector kept from the last)."""
+        kept = self._vectors.get(text)
+        if kept is not None:
+            return kept
         runtime = self._runtime.get()
         enc = runtime.tokenizer.encode(text)
         ids = np.asarray([enc.ids], dtype=np.int64)
@@ -180,6 +188,7 @@ class OnnxEmbeddings(Embedder):
         feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
         feeds = {k: v for k, v in feeds.items() if k in runtime.inputs}  # a model without segments (MPNet) takes none
         (vectors,) = runtime.session.run(["sentence_embedding"], feeds)
+        self._vectors.put(text, vectors[0])
         return vectors[0]
 
     def encode(self, texts: Sequence[str], show_progress_bar: bool = False) -> Any:
