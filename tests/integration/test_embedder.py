@@ -33,11 +33,16 @@ def test_int8_vectors_are_unit_length_in_order_and_agree_with_fp32() -> None:
     # int8 weights and activations against fp32: measured cosine 0.987 at the least (AVX2 and ATen's default path
     # alike); 0.97 leaves room for another CPU's int8 kernels and is far above unrelated texts (at most 0.29 here).
     assert ((a * b).sum(axis=1) > 0.97).all()
+
     # Each row is its own text's vector, and the same bit for bit as the text alone or in another batch: each text
     # is embedded alone, so int8 activations are scaled by the text itself, never by its batch-mates or padding.
-    assert all(np.array_equal(a[i], int8.encode([t])[0]) for i, t in enumerate(TEXTS))
-    assert np.array_equal(int8.encode([*TEXTS[::-1], "Another text.", "x"])[: len(TEXTS)], a[::-1])
-    assert np.array_equal(np.asarray(int8.embed_query(TEXTS[1]), dtype=np.float32), a[1])  # a query as a passage
+    # (Each comparison embeds afresh: an embedder keeps the vectors of texts it has embedded.)
+    def fresh() -> OnnxEmbeddings:
+        return OnnxEmbeddings(int8.path)  # type: ignore[attr-defined]
+
+    assert all(np.array_equal(a[i], fresh().encode([t])[0]) for i, t in enumerate(TEXTS))
+    assert np.array_equal(fresh().encode([*TEXTS[::-1], "Another text.", "x"])[: len(TEXTS)], a[::-1])
+    assert np.array_equal(np.asarray(fresh().embed_query(TEXTS[1]), dtype=np.float32), a[1])  # a query as a passage
     assert int8.encode([]).shape == (0, 384)
 
 
@@ -47,6 +52,21 @@ def test_int8_vectors_do_not_depend_on_threads() -> None:
     one, many = OnnxEmbeddings(folder, threads=1), OnnxEmbeddings(folder, threads=3)
     assert one.name == many.name and one.name.endswith(PER_TEXT)
     assert np.array_equal(one.encode(TEXTS * 2), many.encode(TEXTS * 2))
+
+
+def test_a_text_embedded_again_is_read_from_the_kept_vectors() -> None:
+    """A question is embedded by the search, the answer's choice and its check: the model runs for it once."""
+    folder = load_embeddings("onnx-int8").path  # type: ignore[attr-defined]
+    embedder = OnnxEmbeddings(folder, threads=2)
+    first = embedder.encode(TEXTS)
+    session = embedder._runtime.get().session
+    calls: list[int] = []
+    run = session.run
+    session.run = lambda *a, **k: calls.append(1) or run(*a, **k)  # type: ignore[method-assign]
+    again = embedder.encode([TEXTS[1], TEXTS[0], "A text not seen before."])
+    assert len(calls) == 1  # only the new text ran
+    assert np.array_equal(again[:2], first[[1, 0]])
+    assert np.array_equal(again[2], OnnxEmbeddings(folder).encode(["A text not seen before."])[0])
 
 
 def test_an_index_built_with_one_embedder_is_refused_by_the_other(tmp_path: Path) -> None:
