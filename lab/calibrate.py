@@ -97,7 +97,7 @@ def _carried(kept: Calibration) -> str:
     start = kept.objective.find("; rerank_weight:")
     said = kept.objective[start:] if start >= 0 else ""
     return (
-        f" (rerank_weight, flare_threshold, answer_floor and meaning_weight kept from the packaged calibration, "
+        f" (rerank_weight, flare_threshold and answer_floor kept from the packaged calibration, "
         f"{kept.reranker_model}){said}"
     )
 
@@ -118,10 +118,9 @@ def calibrate(
 ) -> Calibration:
     """Derive both thresholds and write them, with their provenance and figures, atomically to `out`.
 
-    `rerank_weight`, `flare_threshold`, `answer_floor` and `meaning_weight` are not drawn here (two are chosen end
-    to end on the evaluation sets, the others are properties of the chat model and of the embedder): they, their
-    objectives and their figures (`flare_*`, `answer_floor_*`, `meaning_weight_*` metrics) are kept from the
-    packaged calibration.
+    `rerank_weight`, `flare_threshold` and `answer_floor` are not drawn here (one is chosen end to end on the
+    evaluation sets, the others are properties of the chat model and of the embedder): they, their objectives and
+    their figures (`flare_*`, `answer_floor_*` metrics) are kept from the packaged calibration.
     """
     kept = load_calibration(PACKAGED_CALIBRATION)
     docs, pool = question_pools(squad, off_corpus)
@@ -189,16 +188,12 @@ def calibrate(
         flare_threshold=kept.flare_threshold,
         answer_floor=kept.answer_floor,
         answer_embedder=kept.answer_embedder,
-        meaning_weight=kept.meaning_weight,
         objective=f"{objective}; crag_upper: lowest score above which refinement moves the best evidence to "
         f"another chunk for <= {tolerance:.0%} of questions; {factor_objective}; pseudo_shift: the median logit of "
         f"the answerable questions' top grade (evidence retrieved) minus that of {PSEUDO_QUESTIONS} cloze "
         f"pseudo-questions made from the same corpus as `fastcrag fit` makes them{_carried(kept)}",
         created=dt.date.today().isoformat(),
-        metrics={
-            **metrics,
-            **{k: v for k, v in kept.metrics.items() if k.startswith(("flare_", "answer_floor_", "meaning_weight_"))},
-        },
+        metrics={**metrics, **{k: v for k, v in kept.metrics.items() if k.startswith(("flare_", "answer_floor_"))}},
     )
     write_json_atomic(out, calibration.model_dump())
     return calibration

@@ -33,17 +33,6 @@ from lab.data import SHARED_DATA
 QUANTILE = 0.05
 """The share of right answer sentences the floor declines: the conventional 5% of a one-sided check."""
 REPORTED = (0.01, 0.02, 0.05, 0.10)
-OWN_KEYS = ("answer_floor", "meaning_weight")
-"""The values the embedder's scripts record at the objective's end, each said in its own part."""
-
-
-def objective_with(objective: str, key: str, said: str) -> str:
-    """`objective` with the part on `key` (one of `OWN_KEYS`) said anew as `said`, the other parts kept."""
-    start = objective.find(f"; {key}:")
-    if start < 0:
-        return f"{objective}; {key}: {said}"
-    ends = [i for k in OWN_KEYS if (i := objective.find(f"; {k}:", start + 1)) > start]
-    return f"{objective[:start]}; {key}: {said}{objective[min(ends, default=len(objective)) :]}"
 
 
 def cosines(questions: Sequence[str], texts: Sequence[str]) -> np.ndarray:
@@ -116,13 +105,13 @@ def main() -> int:
     print(", ".join(f"q{q:g} {f:.3f}" for q, f in floors.items()), f"-> answer_floor {floor}")
     if args.write:
         cal = load_calibration(args.write)
+        start = cal.objective.find("; answer_floor:")
+        kept = cal.objective[:start] if start >= 0 else cal.objective
         name = embedder_name(default_embeddings())
-        objective = objective_with(
-            cal.objective,
-            "answer_floor",
-            f"the {args.quantile:g} quantile of the cosine ({name}) of {len(values)} questions of {args.squad.name} "
-            f"({args.articles} articles, seed 0) with the sentence holding their answer "
-            "(`python -m lab.scripts.answer_floor`; a property of the embedder, kept by a fit)",
+        objective = (
+            f"{kept}; answer_floor: the {args.quantile:g} quantile of the cosine ({name}) of {len(values)} questions "
+            f"of {args.squad.name} ({args.articles} articles, seed 0) with the sentence holding their answer "
+            "(`python -m lab.scripts.answer_floor`; a property of the embedder, kept by a fit)"
         )
         metrics = cal.metrics | {
             "answer_floor_pairs": len(values),

@@ -148,11 +148,7 @@ class Components:
             if given == EXTRACTIVE:
                 cal = self.calibration()
                 thresholds = cal.reader_threshold, cal.refine_reader_threshold
-                embedder = self.embedder()
-                weight = cal.meaning_weight if cal.answer_embedder == embedder_name(embedder) else 0.0
-                return ExtractiveGenerator(
-                    self.reranker(), *thresholds, chunks=self.chunks_by_id, embedder=embedder, meaning_weight=weight
-                )
+                return ExtractiveGenerator(self.reranker(), *thresholds, chunks=self.chunks_by_id)
             model = load_chat_model(given, self.settings.max_new_tokens, self.settings.llm_timeout_s)
             return ChatGenerator(model, self.settings.llm_timeout_s, name=given)
         if isinstance(given, BaseChatModel):

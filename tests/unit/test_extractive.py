@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
-import numpy as np
 import pytest
 
 from fastcrag.generation.extractive import (
@@ -15,7 +11,6 @@ from fastcrag.generation.extractive import (
     asks_for_explanation,
     is_reference_line,
 )
-from fastcrag.retrieval.embeddings import Embedder
 from fastcrag.retrieval.structure import fragment
 
 from fakes import ScriptedReranker
@@ -522,58 +517,3 @@ def test_a_section_of_one_line_is_read_with_the_rest_of_its_chunk() -> None:
     assert answer.text == (
         "frob - Turn widgets into gadgets at once. Frob turns each widget it is given into a gadget. It keeps a log."
     )
-
-
-class KeywordEmbedder(Embedder):
-    """Unit vectors by keyword: a text holding a listed word points its way; every other text points elsewhere."""
-
-    name = "keyword"
-
-    def __init__(self, words: list[str]) -> None:
-        self.words = words
-
-    def encode(self, texts: Sequence[str], show_progress_bar: bool = False) -> Any:
-        rows = np.zeros((len(texts), len(self.words) + 1), dtype=np.float32)
-        for i, text in enumerate(texts):
-            hits = [k for k, w in enumerate(self.words) if w in text.casefold()]
-            rows[i, hits or [len(self.words)]] = 1.0
-        return rows / np.linalg.norm(rows, axis=1, keepdims=True)
-
-    @property
-    def dimension(self) -> int:
-        return len(self.words) + 1
-
-
-BREAK = (
-    '"break" may only occur syntactically nested in a "for" or "while" loop. '
-    'A "break" statement terminates the nearest enclosing loop, skipping the optional else clause. '
-    "A loop's else clause runs when the loop ends normally. "
-    "The continue statement is also nested in a loop."
-)
-GRADES = {"may only occur": 0.9, "runs when": 0.88, "continue": 0.87}
-
-
-def test_the_sentence_nearer_the_questions_meaning_is_chosen_where_the_grades_are_close() -> None:
-    """By grade the three sentences graded 0.87-0.9 fill the answer; the definition (0.85) is the question's meaning."""
-    grader = ScriptedReranker(GRADES | {"terminates": 0.85})
-    embedder = KeywordEmbedder(["terminat"])  # the question and the definition point one way, the rest another
-    passages = [{"text": BREAK, "source": "pydoc:break", "score": 0.9}]
-    question = "What does break terminate?"
-    by_grade = ExtractiveGenerator(grader).generate(question, passages)
-    by_meaning = ExtractiveGenerator(grader, embedder=embedder, meaning_weight=0.25).generate(question, passages)
-    assert "terminates" not in by_grade.text
-    assert "statement terminates the nearest enclosing loop" in by_meaning.text and "may only occur" in by_meaning.text
-    unweighed = ExtractiveGenerator(grader, embedder=embedder, meaning_weight=0.0).generate(question, passages)
-    assert unweighed.text == by_grade.text  # weight 0: the grade alone
-    one = ExtractiveGenerator(grader, embedder=embedder, meaning_weight=0.25).generate(
-        "When does break terminate a loop?", passages
-    )
-    assert one.text.startswith('A "break" statement terminates')  # a one-sentence answer: the nearest of close grades
-
-
-def test_a_sentence_graded_far_below_is_not_lifted_by_its_meaning() -> None:
-    """The weight breaks near ties; a grade 0.5 below the rest is not overturned by any cosine (at most 0.25)."""
-    grader = ScriptedReranker(GRADES | {"terminates": 0.4})
-    passages = [{"text": BREAK, "source": "pydoc:break", "score": 0.9}]
-    generator = ExtractiveGenerator(grader, embedder=KeywordEmbedder(["terminat"]), meaning_weight=0.25)
-    assert "terminates" not in generator.generate("What does break terminate?", passages).text

@@ -110,17 +110,7 @@ class Calibration(BaseModel):
         "`fastcrag fit`.",
     )
     answer_embedder: str | None = Field(
-        None,
-        description="The embedder `answer_floor` and `meaning_weight` were drawn with; under any other both are off.",
-    )
-    meaning_weight: float = Field(
-        0.0,
-        ge=0.0,
-        le=10.0,
-        description="The extractive answer chooses among the sentences the grader grades best by their grade plus this "
-        "times their cosine with the question (`answer_embedder`'s vectors; 0: by the grade alone). A property of the "
-        "grader's and the embedder's scales: chosen end to end on documentation sets as `rerank_weight` is, kept by "
-        "`lab calibrate` and `fastcrag fit`.",
+        None, description="The embedder `answer_floor` was drawn with; under any other the check is off."
     )
     data: str = ""
     sample: CalibrationSample | None = Field(

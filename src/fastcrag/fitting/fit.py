@@ -434,7 +434,7 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
                 f"label-free: {len(pseudo)} pseudo-questions made from {drawn_from} ({_kinds(opts)}), "
                 f"seed {opts.seed}; classes answerable, gold removed (the sentence that states the answer cut out)"
             )
-        floor = load_calibration(None)  # the answer's floor and meaning weight are the embedder's: kept as packaged
+        floor = load_calibration(None)  # the answer's floor is the embedder's, whatever the grader: kept as packaged
         calibration = Calibration(
             reranker_model=kept_name,
             reranker_threshold=round(chosen.lower, 6),
@@ -444,7 +444,6 @@ def fit(opts: FitOptions, settings: Settings | None = None, log: Callable[[str],
             condition_factor=factor,
             answer_floor=floor.answer_floor,
             answer_embedder=floor.answer_embedder,
-            meaning_weight=floor.meaning_weight,
             data=data,
             sample=CalibrationSample(
                 questions=labels.name if labels else None,

@@ -12,9 +12,7 @@ from langchain_core.documents import Document
 
 from fastcrag.generation.generators import Answer
 from fastcrag.grading.reader import Span, is_reader
-from fastcrag.grading.relevance import cosines
 from fastcrag.grading.reranker import Reranker, checked_scores
-from fastcrag.retrieval.embeddings import Embedder
 from fastcrag.retrieval.lexical import terms
 from fastcrag.retrieval.sections import (
     SECTION_REACH,
@@ -35,8 +33,6 @@ log = logging.getLogger(__name__)
 
 EXPLAIN_SENTENCES, EXPLAIN_WORDS = 3, 90
 """An answer to a how / why / what-is question: at most this many sentences, this many words."""
-MEANT = 8
-"""The sentences, best graded first, whose meaning is weighed with their grade (`meaning_weight`): a cost bound."""
 LEAD_MIN_WORDS = 3
 """A sentence shorter than this (a list number, "See step 7 below") does not open an answer."""
 PAGE_START = 2
@@ -114,10 +110,7 @@ def is_reference_line(sentence: str) -> bool:
 
 
 class Strip(NamedTuple):
-    """A sentence graded against the question: (score, sentence, passage index, position, its section's title).
-
-    Its score chooses it: the grade, with its meaning's nearness to the question's where weighed (`meaning_weight`).
-    """
+    """A sentence graded against the question: (score, sentence, passage index, position, its section's title)."""
 
     score: float
     text: str
@@ -130,15 +123,12 @@ class Candidate(NamedTuple):
     """A sentence an explain answer may quote, graded under its section's title, and where it stands."""
 
     score: float
-    """What chooses it: its grade, with its meaning's nearness to the question's where weighed (`meaning_weight`)."""
     text: str
     title: str
     where: int | Document
     """The passage it stands in, or the chunk read by id."""
     order: tuple[int, int]
     """Its place in reading order: its chunk's number in the document, its position there."""
-    grade: float
-    """The grader's score of it."""
 
 
 class ExtractiveGenerator:
@@ -165,8 +155,6 @@ class ExtractiveGenerator:
         reader_threshold: float | None = None,
         refine_reader_threshold: float | None = None,
         chunks: FetchChunks | None = None,
-        embedder: Embedder | None = None,
-        meaning_weight: float = 0.0,
     ) -> None:
         """Read or score strips with `reranker` (the grader).
 
@@ -177,14 +165,9 @@ class ExtractiveGenerator:
                 `reader_threshold`.
             chunks: Chunks by id from the store (`VectorStore.get_by_ids`), where an explain answer reads the rest
                 of its section and the page's opening; None: only the passages are read.
-            embedder: Reads the meaning of an explain answer's candidate sentences (`meaning_weight`).
-            meaning_weight: Each candidate sentence of an explain answer is chosen by its grade plus this times its
-                cosine with the question (calibration.json `meaning_weight`); 0 or no embedder: by its grade.
         """
         self.reranker = reranker
         self.chunks = chunks
-        self.embedder = embedder
-        self.meaning_weight = meaning_weight if embedder is not None else 0.0
         self.reader_threshold = reader_threshold or 0.0
         self.refine_reader_threshold = (
             self.reader_threshold if refine_reader_threshold is None else refine_reader_threshold
@@ -238,7 +221,7 @@ class ExtractiveGenerator:
         number = chunk_number(chunk) or 0
         order = {s: k for k, (_, s) in enumerate(sectioned(text))}
         own = [
-            Candidate(t.score, t.text, t.title, t.passage, (number, order.get(t.text, t.position)), t.score)
+            Candidate(t.score, t.text, t.title, t.passage, (number, order.get(t.text, t.position)))
             for t in anchored
             if held is None or t.text in held.sentences
         ]
@@ -309,7 +292,7 @@ class ExtractiveGenerator:
             at = c.where if isinstance(c.where, int) else _placed(c.where, passages, read)
             if at >= len(passages):  # a chunk read by id: graded as its best sentence quoted
                 entry = read[at - len(passages)]
-                read[at - len(passages)] = {**entry, "score": max(float(entry.get("score", 0.0)), c.grade)}
+                read[at - len(passages)] = {**entry, "score": max(float(entry.get("score", 0.0)), c.score)}
             used += [] if at in used else [at]
         return Answer(_named(" ".join(texts), ranked[0][0].title), used, read=tuple(read))
 
@@ -328,27 +311,12 @@ class ExtractiveGenerator:
         found = [f for f in found if f[1] not in known and prose(f[1]) is not None]
         if not found:
             return []
-        grades = checked_scores(self.reranker, question, [titled(title, s) for title, s, _, _ in found])
-        scores = self._meant(question, [s for _, s, _, _ in found], grades)
+        scores = checked_scores(self.reranker, question, [titled(title, s) for title, s, _, _ in found])
         held = {str(p.get("chunk_id")): i for i, p in enumerate(passages) if p.get("chunk_id") is not None}
         return [
-            Candidate(score, s, title, held.get(fetched_id(doc), doc), where, grade)
-            for score, grade, (title, s, doc, where) in zip(scores, grades, found, strict=True)
+            Candidate(score, s, title, held.get(fetched_id(doc), doc), where)
+            for score, (title, s, doc, where) in zip(scores, found, strict=True)
         ]
-
-    def _meant(self, question: str, texts: Sequence[str], grades: Sequence[float]) -> list[float]:
-        """What chooses each text: its grade, plus `meaning_weight` times its cosine with the question.
-
-        Only the `MEANT` best graded are embedded; the rest keep their grade.
-        """
-        if not self.meaning_weight or not texts or self.embedder is None:
-            return list(grades)
-        top = sorted(range(len(texts)), key=lambda i: -grades[i])[:MEANT]
-        nearness = cosines(self.embedder, question, [texts[i] for i in top])
-        out = list(grades)
-        for i, n in zip(top, nearness, strict=True):
-            out[i] += self.meaning_weight * float(n)
-        return out
 
     def _opening(self, chunk: str, title: str, page: bool) -> list[tuple[str, str, Document, tuple[int, int]]]:
         """The sentences of section `title` (or `page`) and its sub-sections in its first chunks holding prose.
@@ -399,9 +367,9 @@ class ExtractiveGenerator:
             return []
 
     def _sentences(self, question: str, passages: Sequence[Mapping[str, Any]]) -> list[Strip]:
-        """Every sentence that says something, graded against the question, its meaning weighed (`_meant`).
+        """Every sentence that says something, graded against the question.
 
-        Refined strips keep the grades refinement gave them; other passages are split and graded here, each sentence
+        Refined strips keep the scores refinement gave them; other passages are split and scored here, each sentence
         read under its section's title as refinement reads it.
         """
         strips: list[Strip] = []
@@ -415,8 +383,7 @@ class ExtractiveGenerator:
         if to_score:
             scores = checked_scores(self.reranker, question, [titled(section, s) for section, s, _, _ in to_score])
             strips.extend(Strip(score, s, i, k, t) for score, (t, s, i, k) in zip(scores, to_score, strict=True))
-        chosen = self._meant(question, [t.text for t in strips], [t.score for t in strips])
-        return [t._replace(score=score) for t, score in zip(strips, chosen, strict=True)]
+        return strips
 
     def _read(self, question: str, passages: Sequence[Mapping[str, Any]], threshold: float) -> Answer:
         # a fact stands in one sentence: a chunk refinement kept `whole` (none graded as answering) is read only alone

@@ -9,20 +9,12 @@ better of the message and its ask (`asks.ask_of`), as the grader grades both. It
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
 from fastcrag.grading.asks import ask_of
 from fastcrag.retrieval.embeddings import Embedder
 
 
-def cosines(embedder: Embedder, question: str, texts: Sequence[str]) -> Any:
-    """Each text's cosine with `question`, or with the question's ask where that is nearer (a float array)."""
-    asked = [question] + ([ask] if (ask := ask_of(question)) else [])
-    vectors = embedder.encode([*asked, *texts])  # unit vectors
-    return (vectors[len(asked) :] @ vectors[: len(asked)].T).max(axis=1)
-
-
 def answer_cosine(embedder: Embedder, question: str, answer: str) -> float:
     """The cosine of `answer` with `question`, or with the question's ask where that is nearer."""
-    return float(cosines(embedder, question, [answer])[0])
+    asked = [question] + ([ask] if (ask := ask_of(question)) else [])
+    vectors = embedder.encode([answer, *asked])  # unit vectors
+    return float((vectors[1:] @ vectors[0]).max())
