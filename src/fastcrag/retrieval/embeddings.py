@@ -44,10 +44,10 @@ ONNX_SPEC = "onnx-int8"
 PACKAGED_EMBEDDER = Path(__file__).resolve().parent.parent / "models" / "embedder"
 MAX_TOKENS = 256  # all-MiniLM-L6-v2's max_seq_length (sentence_bert_config.json): longer texts are truncated
 PER_TEXT = "+per-text"
-VECTOR_CACHE_SIZE = 4096
-"""Texts whose vectors a per-text embedder keeps (a question is embedded by the search, the answer's choice and its
-check; a page's sentences by every question that reads them): exact, since a text's vector is the same alone."""
 """What an ONNX embedder's recorded name adds to its model's name: each text embedded alone (see the module's doc)."""
+VECTOR_CACHE_SIZE = 4096
+"""Texts whose vectors a per-text embedder keeps (a run embeds its question for the search and again for the answer's
+check; a server is asked the same question again): exact, since a text's vector is the same alone or in any batch."""
 
 
 def packaged_minilm_path() -> Path:
