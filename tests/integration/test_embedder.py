@@ -55,7 +55,7 @@ def test_int8_vectors_do_not_depend_on_threads() -> None:
 
 
 def test_a_text_embedded_again_is_read_from_the_kept_vectors() -> None:
-    """A question is embedded by the search, the answer's choice and its check: the model runs for it once."""
+    """A run embeds its question for the search and again for the answer's check: the model runs for it once."""
     folder = load_embeddings("onnx-int8").path  # type: ignore[attr-defined]
     embedder = OnnxEmbeddings(folder, threads=2)
     first = embedder.encode(TEXTS)
