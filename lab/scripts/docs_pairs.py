@@ -43,7 +43,7 @@ import random
 import re
 import sys
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -293,15 +293,26 @@ def _detail_rows(topics: Sequence[Topic], rng: random.Random) -> list[dict[str, 
     return rows
 
 
-def make_pairs(topics: Sequence[Topic], rng: random.Random, *, details: bool = False) -> list[dict[str, object]]:
-    """The labelled rows of every topic (see the module's tables; the second with `details`)."""
+def make_pairs(
+    topics: Sequence[Topic],
+    rng: random.Random,
+    *,
+    details: bool = False,
+    ask: Callable[[Topic, random.Random], str | None] = question_for,
+) -> list[dict[str, object]]:
+    """The labelled rows of every topic (see the module's tables; the second with `details`).
+
+    `ask` writes each topic's question (the templates by default; a topic it gives None is left out).
+    """
     by_word: dict[str, list[int]] = defaultdict(list)
     for i, t in enumerate(topics):
         for w in _words(t.subject):
             by_word[w].append(i)
     rows: list[dict[str, object]] = []
-    for i, topic in enumerate(topics):
-        q = question_for(topic, rng)
+    for topic in topics:
+        q = ask(topic, rng)
+        if q is None:
+            continue
 
         def add(passage: str, label: float, kind: str, topic: Topic = topic, q: str = q) -> None:
             rows.append({"question": q, "passage": passage, "label": label, "group": topic.page, "kind": kind})

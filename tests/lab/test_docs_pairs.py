@@ -88,6 +88,15 @@ def test_pairs_label_the_lead_above_side_sentences_fragments_and_other_subjects(
     assert all("\n\n" in str(r["passage"]) for r in rows)
 
 
+def test_a_written_question_replaces_the_templates_and_none_leaves_a_topic_out(tmp_path: Path) -> None:
+    topics = dp.collect(_corpus(tmp_path))
+    asked = {t.title: f"newcomer question {i}" for i, t in enumerate(topics) if "UNLOGGED" not in t.title}
+    rows = dp.make_pairs(topics, random.Random(3), ask=lambda t, _rng: asked.get(t.title))
+    assert rows and {r["question"] for r in rows} <= set(asked.values())
+    lead_questions = {r["question"] for r in rows if r["kind"] == "lead"}
+    assert lead_questions == set(asked.values())  # every written topic is asked, the one given None is not
+
+
 def test_questions_come_from_the_templates() -> None:
     topic = dp.Topic("p", "Importing a Large Object", "Importing a Large Object", "", "To import ...", "", (), ())
     rng = random.Random(1)

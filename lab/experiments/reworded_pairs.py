@@ -1,0 +1,153 @@
+"""Grader pairs whose questions are worded as people word them (lab/RESULTS.md, 2026-12-06, session 5).
+
+The grader's pool asks as its sources ask: SQuAD's annotators, with the paragraph in front of them, and templates
+over documentation headings ("What does CREATE TABLE do?"). A person asks otherwise: with an example, other verbs,
+their situation first, vaguer, in their own terms. `lab/questions/reworded/` holds questions written that way by
+hand, each for an item this script draws, never from an evaluation set:
+
+- `squad.jsonl`: a SQuAD 1.1 train question (articles outside the pool's dev split) reworded in one of five ways
+  (`example`, `verb`, `longer`, `vaguer`, `own-terms`: the paraphrase probe's kinds), kept with its article and
+  the question's place among the article's questions, not SQuAD's text;
+- `docs.jsonl`: a question a newcomer asks of a section of PostgreSQL's manual (the documentation the grader is
+  trained on; no evaluation set uses it), `plain`, with the asker's `situation` first, or in their `own-terms`,
+  kept with its page and section title; `skip` where the section's lead answers nothing a person asks. Two sections
+  of one page under one heading share their item's question (the draw drew one such pair twice; one question kept).
+
+    python -m lab.experiments.reworded_pairs draw OUT_DIR --corpus PG_DIR        # the items, 8 files of each kind
+    python -m lab.experiments.reworded_pairs pairs OUT.jsonl --corpus PG_DIR     # the pairs, for --user-data
+
+PG_DIR is `bash scripts/fetch_docs_corpus.sh --corpus postgresql PG_DIR`. The pairs: a reworded SQuAD question
+against its own paragraph and its answer sentence (1, with the answer for the reader's span), a paragraph of the
+article without the answer and another sentence of its paragraph (0); a newcomer's question against its section as
+`lab.scripts.docs_pairs` pairs a templated one (the lead and the opening 1, a side sentence 0.3, a row or code 0,
+a neighbouring subject's lead 0, a random page's lead 0). Groups keep an article's or a page's pairs on one side of
+the pool's dev split.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+from pathlib import Path
+from typing import Any
+
+from fastcrag.fileio import write_text_atomic
+from fastcrag.fitting.mix import Article, is_dev_group, load_squad
+from lab.data import SHARED_DATA
+from lab.scripts.docs_pairs import Topic, collect, make_pairs
+
+HERE = Path(__file__).resolve().parent.parent / "questions" / "reworded"
+SQUAD = SHARED_DATA / "train" / "squad11-train" / "train-v1.1.from_explorer.json.gz"
+FILES, PER_FILE, SEED = 8, 150, 20261206
+LEAD_WORDS = (12, 90)
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
+
+
+def _train_articles() -> list[Article]:
+    return [a for a in load_squad(SQUAD) if not is_dev_group(f"squad11:{a.title}", 5.0)]
+
+
+def _answer_sentence(article: Article, paragraph: int, answer: str) -> str | None:
+    return next((s for s in _SENTENCE.split(article.paragraphs[paragraph]) if answer in s), None)
+
+
+def _topic_key(t: Topic) -> str:
+    return f"{t.page}#{t.title}"
+
+
+def draw(out: Path, corpus: Path) -> None:
+    """The items to word: one SQuAD question per (article, answer sentence), one section per page mostly."""
+    rng = random.Random(SEED)
+    articles = _train_articles()
+    items: list[dict[str, Any]] = []
+    for a in articles:
+        for n, q in enumerate(a.questions):
+            if not q.impossible and q.answers and (s := _answer_sentence(a, q.paragraph, q.answers[0])):
+                item = {"article": a.title, "question_index": n, "question": q.question, "answer": q.answers[0]}
+                items.append(item | {"sentence": s})
+    rng.shuffle(items)
+    seen: set[tuple[str, str]] = set()
+    squad = []
+    for it in items:
+        if (key := (it["article"], it["sentence"][:40])) not in seen:
+            seen.add(key)
+            squad.append(it)
+    topics = [t for t in collect(corpus) if LEAD_WORDS[0] <= len(t.lead.split()) <= LEAD_WORDS[1]]
+    rng.shuffle(topics)
+    pages: set[str] = set()
+    docs = []
+    for t in topics:
+        if t.page in pages and rng.random() < 0.7:
+            continue
+        pages.add(t.page)
+        docs.append({"id": _topic_key(t), "section": t.title, "passage": t.lead})
+    out.mkdir(parents=True, exist_ok=True)
+    for k in range(FILES):
+        part = squad[k * PER_FILE : (k + 1) * PER_FILE]
+        rows = [{"id": f"sq-{k}-{i:03d}", **it, "title": it["article"].replace("_", " ")} for i, it in enumerate(part)]
+        write_text_atomic(out / f"squad-{k}.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+        part_docs = docs[k * PER_FILE : (k + 1) * PER_FILE]
+        write_text_atomic(out / f"docs-{k}.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in part_docs))
+
+
+def squad_pairs(rng: random.Random) -> list[dict[str, object]]:
+    """The reworded SQuAD questions' pairs."""
+    articles = {a.title: a for a in _train_articles()}
+    rows: list[dict[str, object]] = []
+    for line in (HERE / "squad.jsonl").open(encoding="utf-8"):
+        r = json.loads(line)
+        a, q = articles[r["article"]], r["reworded"]
+        asked = a.questions[int(r["question_index"])]
+        p, answer = asked.paragraph, asked.answers[0]
+        group = f"reworded:{a.title}"
+        sentence = _answer_sentence(a, p, answer)
+        rows.append({"question": q, "passage": a.paragraphs[p], "label": 1, "answer": answer, "group": group})
+        if sentence:
+            rows.append({"question": q, "passage": sentence, "label": 1, "answer": answer, "group": group})
+            others = [s for s in _SENTENCE.split(a.paragraphs[p]) if answer not in s and len(s.split()) >= 6]
+            if others:
+                rows.append({"question": q, "passage": rng.choice(others), "label": 0, "group": group})
+        without = [x for i, x in enumerate(a.paragraphs) if i != p and answer.lower() not in x.lower()]
+        if without:
+            rows.append({"question": q, "passage": rng.choice(without), "label": 0, "group": group})
+    return rows
+
+
+def docs_pairs(corpus: Path, rng: random.Random) -> list[dict[str, object]]:
+    """The newcomers' questions' pairs, as `lab.scripts.docs_pairs` pairs a templated question."""
+    written = {}
+    for line in (HERE / "docs.jsonl").open(encoding="utf-8"):
+        r = json.loads(line)
+        if r["question"]:
+            written[r["id"]] = r["question"]
+    topics = [t for t in collect(corpus) if _topic_key(t) in written]
+    rows = make_pairs(topics, rng, ask=lambda t, _rng: written[_topic_key(t)])
+    for r in rows:
+        r["group"] = f"reworded-docs:{r['group']}"
+    return rows
+
+
+def main() -> int:
+    """`draw` the items, or write the `pairs` of the written questions."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("command", choices=["draw", "pairs"])
+    ap.add_argument("out")
+    ap.add_argument("--corpus", required=True, help="PostgreSQL's manual, as fetch_docs_corpus.sh fetches it")
+    ap.add_argument("--repeat", type=int, default=1, help="write each pair this many times (weight in the pool)")
+    args = ap.parse_args()
+    if args.command == "draw":
+        draw(Path(args.out), Path(args.corpus))
+        return 0
+    rng = random.Random(SEED)
+    rows = squad_pairs(rng) + docs_pairs(Path(args.corpus), rng)
+    rows = [r for r in rows for _ in range(args.repeat)]
+    rng.shuffle(rows)
+    write_text_atomic(Path(args.out), "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    print(f"{len(rows)} pairs ({sum(r['label'] == 1 for r in rows)} positive) -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
