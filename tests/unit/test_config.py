@@ -124,7 +124,7 @@ def test_a_grader_folder_or_packaged_name_brings_its_own_calibration(tmp_path: P
     from fastcrag.components import Components
     from fastcrag.grading.reranker import PACKAGED_GRADER, grader_folder, own_calibration, packaged_graders
 
-    assert packaged_graders()["fastcrag-grader-reader-minilm-l6-v4"] == PACKAGED_GRADER
+    assert packaged_graders()["fastcrag-grader-reader-minilm-l6-v6"] == PACKAGED_GRADER
     assert own_calibration(str(PACKAGED_GRADER)) is None  # the default's thresholds live in config/calibration.json
     folder = tmp_path / "my-grader"
     folder.mkdir()
@@ -145,7 +145,7 @@ def test_the_distilled_grader_ships_as_an_option_with_its_calibration() -> None:
     from fastcrag.grading.reranker import MODELS, packaged_graders
 
     name = "fastcrag-grader-reader-minilm-l3-distilled"
-    assert set(packaged_graders()) == {"fastcrag-grader-reader-minilm-l6-v4", name}  # not the embedder
+    assert set(packaged_graders()) == {"fastcrag-grader-reader-minilm-l6-v6", name}  # not the embedder
     parts = Components(Settings(reranker=name))
     assert parts.reranker().name == name and parts.calibration().reranker_model == name
     assert parts.calibration() == load_calibration(MODELS / "grader-l3" / "calibration.json")
