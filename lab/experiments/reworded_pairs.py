@@ -5,18 +5,20 @@ over documentation headings ("What does CREATE TABLE do?"). A person asks otherw
 their situation first, vaguer, in their own terms. `lab/questions/reworded/` holds questions written that way by
 hand, each for an item this script draws, never from an evaluation set:
 
-- `squad.jsonl`: a SQuAD 1.1 train question (articles outside the pool's dev split) reworded in one of five ways
+- `squad-R.jsonl`: a SQuAD 1.1 train question (articles outside the pool's dev split) reworded in one of five ways
   (`example`, `verb`, `longer`, `vaguer`, `own-terms`: the paraphrase probe's kinds), kept with its article and
   the question's place among the article's questions, not SQuAD's text;
-- `docs.jsonl`: a question a newcomer asks of a section of PostgreSQL's manual (the documentation the grader is
-  trained on; no evaluation set uses it), `plain`, with the asker's `situation` first, or in their `own-terms`,
-  kept with its page and section title; `skip` where the section's lead answers nothing a person asks. Two sections
-  of one page under one heading share their item's question (the draw drew one such pair twice; one question kept).
+- `docs-NAME.jsonl`: a question a newcomer asks of a section of a manual no evaluation set uses (PostgreSQL's, the
+  documentation the grader is trained on; Django's), `plain`, with the asker's `situation` first, or in their
+  `own-terms`, kept with its page and section title; `skip` where the section's lead answers nothing a person
+  asks. Two sections of one page under one heading share their item's question (the first draw drew one such pair
+  twice; one question is kept).
 
-    python -m lab.experiments.reworded_pairs draw OUT_DIR --corpus PG_DIR        # the items, 8 files of each kind
-    python -m lab.experiments.reworded_pairs pairs OUT.jsonl --corpus PG_DIR     # the pairs, for --user-data
+    python -m lab.experiments.reworded_pairs draw OUT_DIR --round R --docs NAME=DIR   # the items, 8 files of each kind
+    python -m lab.experiments.reworded_pairs pairs OUT.jsonl --round R ... --docs NAME=DIR ...   # pairs for --user-data
 
-PG_DIR is `bash scripts/fetch_docs_corpus.sh --corpus postgresql PG_DIR`. The pairs: a reworded SQuAD question
+DIR is `bash scripts/fetch_docs_corpus.sh --corpus NAME DIR` (postgresql, django); round R draws the SQuAD items
+after those of the rounds before it. The pairs: a reworded SQuAD question
 against its own paragraph and its answer sentence (1, with the answer for the reader's span), a paragraph of the
 article without the answer and another sentence of its paragraph (0); a newcomer's question against its section as
 `lab.scripts.docs_pairs` pairs a templated one (the lead and the opening 1, a side sentence 0.3, a row or code 0,
@@ -57,7 +59,7 @@ def _topic_key(t: Topic) -> str:
     return f"{t.page}#{t.title}"
 
 
-def draw(out: Path, corpus: Path) -> None:
+def draw(out: Path, squad_round: int, corpus: Path) -> None:
     """The items to word: one SQuAD question per (article, answer sentence), one section per page mostly."""
     rng = random.Random(SEED)
     articles = _train_articles()
@@ -84,19 +86,24 @@ def draw(out: Path, corpus: Path) -> None:
         pages.add(t.page)
         docs.append({"id": _topic_key(t), "section": t.title, "passage": t.lead})
     out.mkdir(parents=True, exist_ok=True)
+    squad = squad[squad_round * FILES * PER_FILE :]
+    prefix = "sq" if squad_round == 0 else f"sq{squad_round}"
     for k in range(FILES):
         part = squad[k * PER_FILE : (k + 1) * PER_FILE]
-        rows = [{"id": f"sq-{k}-{i:03d}", **it, "title": it["article"].replace("_", " ")} for i, it in enumerate(part)]
+        rows = [
+            {"id": f"{prefix}-{k}-{i:03d}", **it, "title": it["article"].replace("_", " ")} for i, it in enumerate(part)
+        ]
         write_text_atomic(out / f"squad-{k}.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
         part_docs = docs[k * PER_FILE : (k + 1) * PER_FILE]
         write_text_atomic(out / f"docs-{k}.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in part_docs))
 
 
-def squad_pairs(rng: random.Random) -> list[dict[str, object]]:
-    """The reworded SQuAD questions' pairs."""
+def squad_pairs(rounds: list[int], rng: random.Random) -> list[dict[str, object]]:
+    """The reworded SQuAD questions' pairs, of the rounds named."""
     articles = {a.title: a for a in _train_articles()}
     rows: list[dict[str, object]] = []
-    for line in (HERE / "squad.jsonl").open(encoding="utf-8"):
+    lines = [line for r in rounds for line in (HERE / f"squad-{r}.jsonl").open(encoding="utf-8")]
+    for line in lines:
         r = json.loads(line)
         a, q = articles[r["article"]], r["reworded"]
         asked = a.questions[int(r["question_index"])]
@@ -115,17 +122,17 @@ def squad_pairs(rng: random.Random) -> list[dict[str, object]]:
     return rows
 
 
-def docs_pairs(corpus: Path, rng: random.Random) -> list[dict[str, object]]:
-    """The newcomers' questions' pairs, as `lab.scripts.docs_pairs` pairs a templated question."""
+def docs_pairs(name: str, corpus: Path, rng: random.Random) -> list[dict[str, object]]:
+    """The newcomers' questions of manual `name` (folder `corpus`), paired as `lab.scripts.docs_pairs` pairs one."""
     written = {}
-    for line in (HERE / "docs.jsonl").open(encoding="utf-8"):
+    for line in (HERE / f"docs-{name}.jsonl").open(encoding="utf-8"):
         r = json.loads(line)
         if r["question"]:
             written[r["id"]] = r["question"]
     topics = [t for t in collect(corpus) if _topic_key(t) in written]
     rows = make_pairs(topics, rng, ask=lambda t, _rng: written[_topic_key(t)])
     for r in rows:
-        r["group"] = f"reworded-docs:{r['group']}"
+        r["group"] = f"reworded-docs:{r['group']}" if name == "postgresql" else f"reworded-{name}:{r['group']}"
     return rows
 
 
@@ -134,14 +141,18 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("command", choices=["draw", "pairs"])
     ap.add_argument("out")
-    ap.add_argument("--corpus", required=True, help="PostgreSQL's manual, as fetch_docs_corpus.sh fetches it")
+    ap.add_argument("--round", type=int, action="append", default=[], help="SQuAD rewordings of this round")
+    ap.add_argument("--docs", action="append", default=[], help="NAME=DIR: a manual as fetch_docs_corpus.sh fetches it")
     ap.add_argument("--repeat", type=int, default=1, help="write each pair this many times (weight in the pool)")
     args = ap.parse_args()
+    manuals = [(name, Path(folder)) for name, folder in (d.split("=", 1) for d in args.docs)]
     if args.command == "draw":
-        draw(Path(args.out), Path(args.corpus))
+        draw(Path(args.out), (args.round or [0])[0], manuals[0][1])
         return 0
     rng = random.Random(SEED)
-    rows = squad_pairs(rng) + docs_pairs(Path(args.corpus), rng)
+    rows = squad_pairs(args.round or [0], rng)
+    for name, folder in manuals:
+        rows += docs_pairs(name, folder, rng)
     rows = [r for r in rows for _ in range(args.repeat)]
     rng.shuffle(rows)
     write_text_atomic(Path(args.out), "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))

@@ -23,7 +23,8 @@ for f in model.onnx tokenizer.json fastcrag_model.json; do
 done
 python -m lab unpack-grader --grader "$v4" --out "$run/v4-torch"
 python -m lab.scripts.docs_pairs "$run/docs/postgresql" --out "$run/pairs-templated.jsonl" --max-sections 1200 --details
-python -m lab.experiments.reworded_pairs pairs "$run/pairs-reworded.jsonl" --corpus "$run/docs/postgresql" --repeat 2
+python -m lab.experiments.reworded_pairs pairs "$run/pairs-reworded.jsonl" --round 0 --docs postgresql="$run/docs/postgresql" \
+  --repeat 2
 python -m lab train-reranker --output "$run" --base-model "$run/v4-torch" --data-root "$data" \
   --user-data "$run/pairs-reworded.jsonl" --user-data "$run/pairs-templated.jsonl" --squad-questions 6000 \
   --max-pairs 36000 --max-length 192 --max-minutes 35 --lr 2e-5 \

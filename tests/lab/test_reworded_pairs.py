@@ -14,8 +14,8 @@ from lab.experiments import reworded_pairs as rp
 
 
 def test_the_committed_rewordings_name_their_item_and_kind() -> None:
-    squad = [json.loads(line) for line in (rp.HERE / "squad.jsonl").open(encoding="utf-8")]
-    docs = [json.loads(line) for line in (rp.HERE / "docs.jsonl").open(encoding="utf-8")]
+    squad = [json.loads(line) for line in (rp.HERE / "squad-0.jsonl").open(encoding="utf-8")]
+    docs = [json.loads(line) for line in (rp.HERE / "docs-postgresql.jsonl").open(encoding="utf-8")]
     assert len({r["id"] for r in squad}) == len(squad) > 1000
     assert set(Counter(r["how"] for r in squad)) == {"example", "verb", "longer", "vaguer", "own-terms"}
     assert all(r["reworded"].strip() and isinstance(r["question_index"], int) and r["article"] for r in squad)
@@ -30,13 +30,13 @@ def test_a_reworded_question_pairs_with_its_paragraph_and_sentence_not_the_other
     own = "The castle was built in 1120 by the count. It burned down twice. Its walls are of local granite."
     other = "The town holds a fair every summer, with music and a market in its square."
     article = Article("Castle", [own, other], [QAItem("When was the castle built?", ["1120"], paragraph=0)])
-    (tmp_path / "squad.jsonl").write_text(
+    (tmp_path / "squad-0.jsonl").write_text(
         json.dumps({"id": "sq-0-000", "article": "Castle", "question_index": 0, "reworded": "How old is it?"}) + "\n",
         encoding="utf-8",
     )
     monkeypatch.setattr(rp, "HERE", tmp_path)
     monkeypatch.setattr(rp, "_train_articles", lambda: [article])
-    rows = rp.squad_pairs(random.Random(0))
+    rows = rp.squad_pairs([0], random.Random(0))
     labelled = {(str(r["passage"]), r["label"]) for r in rows}
     assert (own, 1) in labelled and ("The castle was built in 1120 by the count.", 1) in labelled
     assert (other, 0) in labelled  # the article's paragraph without the answer
