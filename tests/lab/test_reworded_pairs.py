@@ -14,14 +14,15 @@ from lab.experiments import reworded_pairs as rp
 
 
 def test_the_committed_rewordings_name_their_item_and_kind() -> None:
-    squad = [json.loads(line) for line in (rp.HERE / "squad-0.jsonl").open(encoding="utf-8")]
-    docs = [json.loads(line) for line in (rp.HERE / "docs-postgresql.jsonl").open(encoding="utf-8")]
-    assert len({r["id"] for r in squad}) == len(squad) > 1000
+    squad = [json.loads(line) for f in sorted(rp.HERE.glob("squad-*.jsonl")) for line in f.open(encoding="utf-8")]
+    assert len({r["id"] for r in squad}) == len(squad) > 2000
     assert set(Counter(r["how"] for r in squad)) == {"example", "verb", "longer", "vaguer", "own-terms"}
     assert all(r["reworded"].strip() and isinstance(r["question_index"], int) and r["article"] for r in squad)
-    assert len({r["id"] for r in docs}) == len(docs) > 1000
-    assert set(Counter(r["how"] for r in docs)) == {"plain", "situation", "own-terms", "skip"}
-    assert all((r["question"] is None) == (r["how"] == "skip") for r in docs)
+    for manual in ("postgresql", "django"):
+        docs = [json.loads(line) for line in (rp.HERE / f"docs-{manual}.jsonl").open(encoding="utf-8")]
+        assert len({r["id"] for r in docs}) == len(docs) > 1000
+        assert set(Counter(r["how"] for r in docs)) == {"plain", "situation", "own-terms", "skip"}
+        assert all((r["question"] is None) == (r["how"] == "skip") for r in docs)
 
 
 def test_a_reworded_question_pairs_with_its_paragraph_and_sentence_not_the_others(
