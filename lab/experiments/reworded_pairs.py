@@ -131,7 +131,7 @@ def docs_pairs(name: str, corpus: Path, rng: random.Random) -> list[dict[str, ob
             written[r["id"]] = r["question"]
     topics = [t for t in collect(corpus) if _topic_key(t) in written]
     rows = make_pairs(topics, rng, ask=lambda t, _rng: written[_topic_key(t)])
-    for r in rows:
+    for r in rows:  # PostgreSQL's groups keep the name v6 was trained with, so its pairs rebuild byte for byte
         r["group"] = f"reworded-docs:{r['group']}" if name == "postgresql" else f"reworded-{name}:{r['group']}"
     return rows
 
@@ -147,6 +147,8 @@ def main() -> int:
     args = ap.parse_args()
     manuals = [(name, Path(folder)) for name, folder in (d.split("=", 1) for d in args.docs)]
     if args.command == "draw":
+        if not manuals:
+            ap.error("draw needs --docs NAME=DIR")
         draw(Path(args.out), (args.round or [0])[0], manuals[0][1])
         return 0
     rng = random.Random(SEED)
