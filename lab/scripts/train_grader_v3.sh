@@ -11,13 +11,8 @@ cd "$(dirname "$0")/../.."
 run=${1:-runs/grader-v3}
 minutes=${2:-55}
 data=${FASTRAG_DATA_ROOT:-$(python -c "from lab.data import SHARED_DATA; print(SHARED_DATA)")}
-v2=$(mktemp -d)
-trap 'rm -rf "$v2"' EXIT
-for f in model.onnx tokenizer.json fastcrag_model.json; do
-  git show "add0899:src/fastcrag/models/grader/$f" > "$v2/$f"
-done
 export HF_HUB_OFFLINE=1
-python -m lab unpack-grader --grader "$v2" --out "$run-v2-torch"
+python -m lab unpack-grader --revision add0899 --out "$run-v2-torch"
 python -m lab train-reranker --output "$run" --base-model "$run-v2-torch" --data-root "$data" --max-minutes "$minutes" \
   --max-pairs 150000 --max-length 192 --checkpoint-every 100 \
   --export "$run/export" --name fastcrag-grader-reader-minilm-l6-v3

@@ -16,12 +16,7 @@ data=${FASTRAG_DATA_ROOT:-$(python -c "from lab.data import SHARED_DATA; print(S
 export HF_HUB_OFFLINE=1
 mkdir -p "$run"
 bash scripts/fetch_docs_corpus.sh --corpus postgresql "$run/docs/postgresql"
-v3=$(mktemp -d)
-trap 'rm -rf "$v3"' EXIT
-for f in model.onnx tokenizer.json fastcrag_model.json; do
-  git show "f3f786c:src/fastcrag/models/grader/$f" > "$v3/$f"
-done
-python -m lab unpack-grader --grader "$v3" --out "$run/v3-torch"
+python -m lab unpack-grader --revision f3f786c --out "$run/v3-torch"
 python -m lab.scripts.docs_pairs "$run/docs/postgresql" --out "$run/pairs-postgresql.jsonl"
 python -m lab train-reranker --output "$run" --base-model "$run/v3-torch" --data-root "$data" \
   --user-data "$run/pairs-postgresql.jsonl" --squad-questions 20000 --max-pairs 60000 --max-length 192 \

@@ -38,12 +38,8 @@ bash scripts/fetch_docs_corpus.sh --corpus postgresql "$run/docs/postgresql"
 [ -f "$run/pairs-postgresql.jsonl" ] || python -m lab.scripts.docs_pairs "$run/docs/postgresql" --out "$run/pairs-postgresql.jsonl"
 [ -f "$run/pool/pairs.jsonl.xz" ] || $L pool --out "$run/pool" --data-root "$data" \
   --user-data "$run/pairs-postgresql.jsonl" --squad-questions 40000
-if [ ! -d "$run/v4-torch" ]; then  # the student starts from grader v4 (its files at b8743ec)
-  v4=$(mktemp -d)
-  for f in model.onnx tokenizer.json fastcrag_model.json; do git show "b8743ec:src/fastcrag/models/grader/$f" > "$v4/$f"; done
-  python -m lab unpack-grader --grader "$v4" --out "$run/v4-torch"
-  rm -rf "$v4"
-fi
+# the student starts from grader v4 (its files at b8743ec)
+[ -d "$run/v4-torch" ] || python -m lab unpack-grader --revision b8743ec --out "$run/v4-torch"
 
 $L teacher --pool "$run/pool" --base "$run/mpnet" --out "$run/teacher" --max-minutes "$teacher_minutes" \
   --batch-size 64 --lr 2e-5 --max-length 256

@@ -16,12 +16,7 @@ data=${FASTRAG_DATA_ROOT:-$(python -c "from lab.data import SHARED_DATA; print(S
 export HF_HUB_OFFLINE=1
 mkdir -p "$run"
 bash scripts/fetch_docs_corpus.sh --corpus postgresql "$run/docs/postgresql"
-v4=$(mktemp -d)
-trap 'rm -rf "$v4"' EXIT
-for f in model.onnx tokenizer.json fastcrag_model.json; do
-  git show "5937bb1:src/fastcrag/models/grader/$f" > "$v4/$f"
-done
-python -m lab unpack-grader --grader "$v4" --out "$run/v4-torch"
+python -m lab unpack-grader --revision 5937bb1 --out "$run/v4-torch"
 python -m lab.scripts.docs_pairs "$run/docs/postgresql" --out "$run/pairs-templated.jsonl" --max-sections 1200 --details
 python -m lab.experiments.reworded_pairs pairs "$run/pairs-reworded.jsonl" --round 0 --docs postgresql="$run/docs/postgresql" \
   --repeat 2

@@ -157,7 +157,33 @@ def _export_embedder(args: argparse.Namespace) -> int:
     return 0
 
 
+GRADER_FILES = ("model.onnx", "tokenizer.json", "fastcrag_model.json")
+"""What a grader folder holds that `unpack-grader` reads (its card aside)."""
+GRADER_IN_GIT = "src/fastcrag/models/grader"
+"""Where the repository keeps the packaged grader."""
+
+
+def grader_at(revision: str, folder: Path) -> Path:
+    """Write the packaged grader's files as commit `revision` held them into `folder` (an earlier grader to train on).
+
+    Raises:
+        FileNotFoundError: git does not know the revision, or the grader folder had no such file there.
+    """
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in GRADER_FILES:
+        path = f"{GRADER_IN_GIT}/{name}"
+        shown = subprocess.run(["git", "show", f"{revision}:{path}"], cwd=root, capture_output=True)
+        if shown.returncode:
+            raise FileNotFoundError(f"no {path} at revision {revision!r}: {shown.stderr.decode().strip()}")
+        (folder / name).write_bytes(shown.stdout)
+    return folder
+
+
 def _unpack_grader(args: argparse.Namespace) -> int:
+    import tempfile
     import time
 
     from fastcrag.fitting.weights import WeightsError, trainable_grader
@@ -165,7 +191,9 @@ def _unpack_grader(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     try:
-        out = trainable_grader(Path(args.grader) if args.grader else PACKAGED_GRADER, Path(args.out), log=print)
+        with tempfile.TemporaryDirectory() as tmp:
+            grader = grader_at(args.revision, Path(tmp)) if args.revision else Path(args.grader or PACKAGED_GRADER)
+            out = trainable_grader(grader, Path(args.out), log=print)
     except (FileNotFoundError, WeightsError) as exc:
         print(f"error: {exc}")
         return 2
@@ -269,7 +297,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     u = subparsers.add_parser(
         "unpack-grader", help="rebuild an ONNX grader's trainable torch weights as a Hugging Face folder"
     )
-    u.add_argument("--grader", default="", help="ONNX grader folder (default: the packaged grader)")
+    which = u.add_mutually_exclusive_group()
+    which.add_argument("--grader", default="", help="ONNX grader folder (default: the packaged grader)")
+    which.add_argument("--revision", default="", help="the packaged grader as this git commit held it")
     u.add_argument("--out", required=True, help="folder to write (replaced once the new one is complete)")
     u.set_defaults(func=_unpack_grader)
 

@@ -116,3 +116,13 @@ def _torch_scores(folder: Path, question: str, passages: list[str]) -> list[floa
         bf16=False,
     )
     return [1 / (1 + math.exp(-r)) for r in rel]
+
+
+def test_an_earlier_grader_is_read_from_git_by_revision(tmp_path: Path) -> None:
+    from lab.training.cli import GRADER_FILES, grader_at
+
+    folder = grader_at("HEAD", tmp_path / "grader")
+    assert sorted(p.name for p in folder.iterdir()) == sorted(GRADER_FILES)
+    assert json.loads((folder / "fastcrag_model.json").read_text())["name"].startswith("fastcrag-grader")
+    with pytest.raises(FileNotFoundError, match="no-such-revision"):
+        grader_at("no-such-revision", tmp_path / "none")
