@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fetch a documentation corpus as Debian ships it:
 #
-#   bash scripts/fetch_docs_corpus.sh [--corpus git|flask|postgresql|django|apache|typer|eigen|libssh|jsoup|proftpd] DIR
+#   bash scripts/fetch_docs_corpus.sh [--corpus git|flask|postgresql|django|sqlalchemy|apache|typer|eigen|libssh|jsoup|proftpd] DIR
 #
 # git (the default): Git's HTML manual, package git-doc 1:2.39.5-0+deb12u3 (Debian 12 "bookworm", GPL-2): the
 # manual's top-level HTML pages (the command manual pages, the user manual, the tutorials, the glossary: 205 pages).
@@ -12,8 +12,12 @@
 # postgresql: PostgreSQL 15's HTML manual, package postgresql-doc-15 15.18-0+deb12u1 (PostgreSQL Licence; 1,167 pages).
 # django: Django 3.2's HTML documentation, package python-django-doc 3:3.2.25-0+deb12u3 (BSD-3-Clause): its reference,
 # topic guides, how-tos, FAQ, tutorials and glossary (233 pages; not the release notes nor the source listings).
-# Neither postgresql nor django is evaluated on: the packaged grader's documentation pairs are made from PostgreSQL's
-# (`python -m lab.scripts.docs_pairs`, lab/scripts/train_grader_v4.sh); Django's were tried too (lab/RESULTS.md).
+# sqlalchemy: SQLAlchemy 1.4's HTML documentation as Sphinx built it, package python-sqlalchemy-doc 1.4.46+ds1-1
+# (Expat/MIT): its ORM, Core, tutorial, FAQ and dialect pages, the introduction and the glossary (133 pages; not the
+# changelog nor the module source listings).
+# None of postgresql, django and sqlalchemy is evaluated on: the packaged grader's documentation pairs are made from
+# PostgreSQL's (`python -m lab.scripts.docs_pairs`, lab/scripts/train_grader_v4.sh), and newcomers' questions were
+# written for sections of all three (lab/questions/reworded/, lab/RESULTS.md).
 # apache, typer and eigen are held-out corpora, each from a documentation generator the others do not use; their
 # question sets (tests/data/docs_heldout_<corpus>.jsonl, 30 questions each) name pages relative to DIR:
 # apache: the Apache HTTP Server 2.4 manual in English, package apache2-doc 2.4.68-1~deb12u1 (Apache-2.0), pages built
@@ -54,7 +58,7 @@ CORPUS=git
 ARCHIVE=""  # the corpus's archive when it is not the main one
 EXCLUDE=""  # names (find -name patterns) of pages left out of what PARTS takes
 if [ "${1:-}" = "--corpus" ]; then
-    [ $# -ge 2 ] || die "--corpus needs git, flask, postgresql, django, apache, typer, eigen, libssh, jsoup or proftpd"
+    [ $# -ge 2 ] || die "--corpus needs git, flask, postgresql, django, sqlalchemy, apache, typer, eigen, libssh, jsoup or proftpd"
     CORPUS="$2"
     shift 2
 fi
@@ -98,6 +102,16 @@ django)
     DOCS=usr/share/doc/python-django-doc/html
     COPYRIGHT=usr/share/doc/python-django-doc/copyright
     PARTS="ref topics howto faq intro glossary.html"  # these folders' pages, with their paths
+    ;;
+sqlalchemy)
+    PACKAGE=python-sqlalchemy-doc
+    VERSION="1.4.46+ds1-1"
+    FILE="python-sqlalchemy-doc_1.4.46+ds1-1_all.deb"
+    POOL="pool/main/s/sqlalchemy/$FILE"
+    SHA256=8805c3167ef75278ac6fd58ed9856321c2b2e3a7e441edba84b2eb955216d0fd
+    DOCS=usr/share/doc/python-sqlalchemy-doc/html
+    COPYRIGHT=usr/share/doc/python-sqlalchemy-doc/copyright
+    PARTS="orm core tutorial faq dialects intro.html glossary.html"  # these folders' pages, with their paths
     ;;
 apache)
     PACKAGE=apache2-doc
@@ -165,12 +179,12 @@ proftpd)
     COPYRIGHT=usr/share/doc/proftpd-doc/copyright
     PARTS="index.html howto modules contrib directives"  # with their paths; not faq.html (DocBook's, under its own terms)
     ;;
-*) die "unknown corpus '$CORPUS' (git, flask, postgresql, django, apache, typer, eigen, libssh, jsoup or proftpd)" ;;
+*) die "unknown corpus '$CORPUS' (git, flask, postgresql, django, sqlalchemy, apache, typer, eigen, libssh, jsoup or proftpd)" ;;
 esac
 MIRROR="${FASTRAG_DEBIAN_MIRROR:-${ARCHIVE:-http://deb.debian.org/debian}}"
 MARKER=".fastcrag-corpus"
 
-[ $# -eq 1 ] || die "usage: bash scripts/fetch_docs_corpus.sh [--corpus git|flask|postgresql|django|apache|typer|eigen|libssh|jsoup|proftpd] DIR (the folder to put it in)"
+[ $# -eq 1 ] || die "usage: bash scripts/fetch_docs_corpus.sh [--corpus git|flask|postgresql|django|sqlalchemy|apache|typer|eigen|libssh|jsoup|proftpd] DIR (the folder to put it in)"
 DEST="$1"
 STAMP="$PACKAGE=$VERSION sha256=$SHA256"
 

@@ -9,21 +9,23 @@ hand, each for an item this script draws, never from an evaluation set:
   (`example`, `verb`, `longer`, `vaguer`, `own-terms`: the paraphrase probe's kinds), kept with its article and
   the question's place among the article's questions, not SQuAD's text;
 - `docs-NAME.jsonl`: a question a newcomer asks of a section of a manual no evaluation set uses (PostgreSQL's, the
-  documentation the grader is trained on; Django's), `plain`, with the asker's `situation` first, or in their
-  `own-terms`, kept with its page and section title; `skip` where the section's lead answers nothing a person
-  asks. Two sections of one page under one heading share their item's question (the first draw drew one such pair
-  twice; one question is kept).
+  documentation the grader is trained on, round 0; Django's, round 1; SQLAlchemy's, round 2), `plain`, with the
+  asker's `situation` first, or in their `own-terms`, kept with its page and section title; `skip` where the
+  section's lead answers nothing a person asks (a page's footer or paging line read as a lead among them: the
+  draw takes what the loader reads). Two sections of one page under one heading share their item's question (the
+  first draw drew one such pair twice; one question is kept).
 
     python -m lab.experiments.reworded_pairs draw OUT_DIR --round R --docs NAME=DIR   # the items, 8 files of each kind
     python -m lab.experiments.reworded_pairs pairs OUT.jsonl --round R ... --docs NAME=DIR ...   # pairs for --user-data
 
-DIR is `bash scripts/fetch_docs_corpus.sh --corpus NAME DIR` (postgresql, django); round R draws the SQuAD items
-after those of the rounds before it. The pairs: a reworded SQuAD question
-against its own paragraph and its answer sentence (1, with the answer for the reader's span), a paragraph of the
-article without the answer and another sentence of its paragraph (0); a newcomer's question against its section as
-`lab.scripts.docs_pairs` pairs a templated one (the lead and the opening 1, a side sentence 0.3, a row or code 0,
-a neighbouring subject's lead 0, a random page's lead 0). Groups keep an article's or a page's pairs on one side of
-the pool's dev split.
+DIR is `bash scripts/fetch_docs_corpus.sh --corpus NAME DIR` (postgresql, django, sqlalchemy); round R draws the SQuAD
+items after those of the rounds before it. The pairs: a reworded SQuAD question against its own paragraph and its answer
+sentence (1, with the answer for the reader's span), a paragraph of the article without the answer and another sentence
+of its paragraph (0); a newcomer's question against its section as `lab.scripts.docs_pairs` pairs a templated one (the
+lead and the opening 1, a side sentence 0.3, a row or code 0, a neighbouring subject's lead 0, a random page's lead 0).
+With `--cross` and two manuals or more, each newcomer's question is also paired against the section of every other
+manual whose lead the embedder places nearest it (0): a question asked of the wrong manual, as the off-corpus check asks
+it. Groups keep an article's or a page's pairs on one side of the pool's dev split.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from typing import Any
 from fastcrag.fileio import write_text_atomic
 from fastcrag.fitting.mix import Article, is_dev_group, load_squad
 from lab.data import SHARED_DATA
-from lab.scripts.docs_pairs import Topic, collect, make_pairs
+from lab.scripts.docs_pairs import Topic, collect, make_pairs, titled
 
 HERE = Path(__file__).resolve().parent.parent / "questions" / "reworded"
 SQUAD = SHARED_DATA / "train" / "squad11-train" / "train-v1.1.from_explorer.json.gz"
@@ -122,17 +124,59 @@ def squad_pairs(rounds: list[int], rng: random.Random) -> list[dict[str, object]
     return rows
 
 
-def docs_pairs(name: str, corpus: Path, rng: random.Random) -> list[dict[str, object]]:
-    """The newcomers' questions of manual `name` (folder `corpus`), paired as `lab.scripts.docs_pairs` pairs one."""
-    written = {}
-    for line in (HERE / f"docs-{name}.jsonl").open(encoding="utf-8"):
-        r = json.loads(line)
-        if r["question"]:
-            written[r["id"]] = r["question"]
-    topics = [t for t in collect(corpus) if _topic_key(t) in written]
-    rows = make_pairs(topics, rng, ask=lambda t, _rng: written[_topic_key(t)])
-    for r in rows:  # PostgreSQL's groups keep the name v6 was trained with, so its pairs rebuild byte for byte
-        r["group"] = f"reworded-docs:{r['group']}" if name == "postgresql" else f"reworded-{name}:{r['group']}"
+def _written(name: str) -> dict[str, str]:
+    """Manual `name`'s written questions by section key (skipped sections left out)."""
+    rows = (json.loads(line) for line in (HERE / f"docs-{name}.jsonl").open(encoding="utf-8"))
+    return {r["id"]: r["question"] for r in rows if r["question"]}
+
+
+def _group(name: str, page: str) -> str:
+    # PostgreSQL's groups keep the name v6 was trained with, so its pairs rebuild byte for byte
+    return f"reworded-docs:{page}" if name == "postgresql" else f"reworded-{name}:{page}"
+
+
+def docs_pairs(name: str, topics: list[Topic], rng: random.Random) -> list[dict[str, object]]:
+    """The newcomers' questions of manual `name` (its `topics`), paired as `lab.scripts.docs_pairs` pairs one."""
+    written = _written(name)
+    asked = [t for t in topics if _topic_key(t) in written]
+    rows = make_pairs(asked, rng, ask=lambda t, _rng: written[_topic_key(t)])
+    for r in rows:
+        r["group"] = _group(name, str(r["group"]))
+    return rows
+
+
+def cross_pairs(manuals: dict[str, list[Topic]]) -> list[dict[str, object]]:
+    """Each newcomer's question against the nearest section lead (packaged embedder) of every other manual: 0."""
+    import numpy as np
+
+    from fastcrag.retrieval.embeddings import default_embeddings
+
+    embed = default_embeddings()
+    leads = {}
+    for name, topics in manuals.items():
+        kept = [t for t in topics if LEAD_WORDS[0] <= len(t.lead.split()) <= LEAD_WORDS[1]]
+        leads[name] = (kept, np.asarray(embed.embed_documents([titled(t.title, t.lead) for t in kept])))
+    rows: list[dict[str, object]] = []
+    for name, topics in manuals.items():
+        written = _written(name)
+        asked = [t for t in topics if _topic_key(t) in written]
+        questions = [written[_topic_key(t)] for t in asked]
+        vectors = np.asarray(embed.embed_documents(questions))
+        for other, (kept, matrix) in leads.items():
+            if other == name or not kept:
+                continue
+            for t, q, best in zip(asked, questions, (vectors @ matrix.T).argmax(axis=1), strict=True):
+                near = kept[int(best)]
+                passage = titled(near.title, near.lead)
+                rows.append(
+                    {
+                        "question": q,
+                        "passage": passage,
+                        "label": 0.0,
+                        "group": _group(name, t.page),
+                        "kind": "other-manual",
+                    }
+                )
     return rows
 
 
@@ -144,6 +188,7 @@ def main() -> int:
     ap.add_argument("--round", type=int, action="append", default=[], help="SQuAD rewordings of this round")
     ap.add_argument("--docs", action="append", default=[], help="NAME=DIR: a manual as fetch_docs_corpus.sh fetches it")
     ap.add_argument("--repeat", type=int, default=1, help="write each pair this many times (weight in the pool)")
+    ap.add_argument("--cross", action="store_true", help="pair each manual's questions with the other manuals' nearest")
     args = ap.parse_args()
     manuals = [(name, Path(folder)) for name, folder in (d.split("=", 1) for d in args.docs)]
     if args.command == "draw":
@@ -153,8 +198,11 @@ def main() -> int:
         return 0
     rng = random.Random(SEED)
     rows = squad_pairs(args.round or [0], rng)
-    for name, folder in manuals:
-        rows += docs_pairs(name, folder, rng)
+    topics = {name: collect(folder) for name, folder in manuals}
+    for name, found in topics.items():
+        rows += docs_pairs(name, found, rng)
+    if args.cross:
+        rows += cross_pairs(topics)
     rows = [r for r in rows for _ in range(args.repeat)]
     rng.shuffle(rows)
     write_text_atomic(Path(args.out), "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from fastcrag.fitting.mix import Article, QAItem
+from fastcrag.retrieval.text import titled
 from lab.experiments import reworded_pairs as rp
+from lab.scripts.docs_pairs import Topic
 
 
 def test_the_committed_rewordings_name_their_item_and_kind() -> None:
@@ -18,7 +20,7 @@ def test_the_committed_rewordings_name_their_item_and_kind() -> None:
     assert len({r["id"] for r in squad}) == len(squad) > 2000
     assert set(Counter(r["how"] for r in squad)) == {"example", "verb", "longer", "vaguer", "own-terms"}
     assert all(r["reworded"].strip() and isinstance(r["question_index"], int) and r["article"] for r in squad)
-    for manual in ("postgresql", "django"):
+    for manual in ("postgresql", "django", "sqlalchemy"):
         docs = [json.loads(line) for line in (rp.HERE / f"docs-{manual}.jsonl").open(encoding="utf-8")]
         assert len({r["id"] for r in docs}) == len(docs) > 1000
         assert set(Counter(r["how"] for r in docs)) == {"plain", "situation", "own-terms", "skip"}
@@ -44,3 +46,45 @@ def test_a_reworded_question_pairs_with_its_paragraph_and_sentence_not_the_other
     assert any(label == 0 and "granite" in passage for passage, label in labelled)  # a sentence without it
     assert all(r["question"] == "How old is it?" and r["group"] == "reworded:Castle" for r in rows)
     assert all(r.get("answer") == "1120" for r in rows if r["label"] == 1)
+
+
+def _topic(page: str, title: str, lead: str) -> Topic:
+    return Topic(page, title, title, "", lead, lead, (), ())
+
+
+def test_a_newcomers_question_is_paired_with_the_nearest_section_of_another_manual_as_no_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sql = _topic(
+        "create-index.html",
+        "CREATE INDEX",
+        "CREATE INDEX constructs an index on the specified column of a table, which speeds up lookups.",
+    )
+    web = {
+        "db": _topic(
+            "fields.html",
+            "db_index",
+            "If True, a database index will be created for this model field so queries filter on it quickly.",
+        ),
+        "tpl": _topic(
+            "templates.html",
+            "Templates",
+            "A template is a text file that defines the structure of an HTML page with variables and tags.",
+        ),
+    }
+    for name, rows in {
+        "sql": [{"id": "create-index.html#CREATE INDEX", "question": "How do I make lookups on a column faster?"}],
+        "web": [
+            {"id": "templates.html#Templates", "question": "Where do I put the HTML layout of my pages?"},
+            {"id": "fields.html#db_index", "question": None},
+        ],
+    }.items():
+        (tmp_path / f"docs-{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    monkeypatch.setattr(rp, "HERE", tmp_path)
+    rows = rp.cross_pairs({"sql": [sql], "web": list(web.values())})
+    by_question = {r["question"]: r for r in rows}
+    assert len(rows) == 2  # a skipped section asks nothing
+    asked_sql = by_question["How do I make lookups on a column faster?"]
+    assert asked_sql["passage"] == titled("db_index", web["db"].lead)  # the nearest of the other manual, not any
+    assert asked_sql["label"] == 0 and asked_sql["group"] == "reworded-sql:create-index.html"
+    assert by_question["Where do I put the HTML layout of my pages?"]["passage"] == titled("CREATE INDEX", sql.lead)
