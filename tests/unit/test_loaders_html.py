@@ -94,3 +94,25 @@ def test_docbook_navigation_header_and_footer_are_dropped() -> None:
         text = html_text(f"<html><body>{nav}{body}{footer}</body></html>", main_content=main_content)
         assert "## FROB" in text and PROSE_B in " ".join(text.split())
         assert not any(w in text.split() for w in ("Prev", "Up", "Home", "Next"))
+
+
+def test_the_main_landmark_is_read_where_a_page_marks_it() -> None:
+    header = '<div id="docs-header"><h1>Frob 1.4 Documentation</h1><p>Release: 1.4.46 | Release Date: 2023</p></div>'
+    toc = '<div id="docs-sidebar"><h3>Frob Core</h3><ul><li><a href="a.html">Widgets API</a></li></ul></div>'
+    paging = (
+        '<div id="docs-bottom-navigation">Previous: <a href="ddl.html">Customizing DDL</a> Next: '
+        '<a href="types.html">The Type Hierarchy</a><div id="docs-copyright">&copy; Copyright 2007-2023.</div></div>'
+    )
+    body = f"<h2>The frob statement</h2><p>{PROSE_A}</p><p>{PROSE_B}</p>"
+    text = html_text(f'<html><body>{header}{toc}<div role="main">{body}</div>{paging}</body></html>')
+    words = " ".join(text.split())
+    assert PROSE_A in words and PROSE_B in words and "## The frob statement" in text
+    assert not any(w in words for w in ("Release", "Widgets API", "Customizing DDL", "Copyright"))
+    assert "# Frob 1.4 Documentation" in text  # the page's title, where the main content has no h1 of its own
+    own_title = html_text(f"<html><body>{header}<main><h1>Frob</h1>{body}</main>{paging}</body></html>")
+    assert "Frob 1.4 Documentation" not in own_title and "# Frob" in own_title
+    for whole in (  # two landmarks, or one holding less than half the page: the whole page is read
+        f'<html><body>{toc}<div role="main">{body}</div><main><p>{PROSE_A}</p></main>{paging}</body></html>',
+        f"<html><body><p>{PROSE_A}</p><p>{PROSE_B}</p><main><p>Only this.</p></main>{paging}</body></html>",
+    ):
+        assert "Customizing DDL" in html_text(whole)

@@ -73,7 +73,8 @@ _BLOCK_TAGS = ["p", "div", "li", "dd", "dt", "blockquote", "section", "article",
 MAIN_SHARE = 0.95
 """Share of the words the extractor kept that the main-content element must hold: the smallest such element is it."""
 MAIN_TEXT_SHARE = 0.5
-"""Share of the page's text (after its furniture) the main-content element must hold to be taken for the page."""
+"""Share of the page's text (after its furniture) the main-content element (marked, or found with the extractor's
+help) must hold to be taken for the page."""
 _WORD = re.compile(r"\w+")
 
 
@@ -88,12 +89,13 @@ def html_text(html: str, *, main_content: bool = False) -> str:
     """An HTML page as structured text: the whole page less its furniture, or with `main_content` its main content.
 
     Furniture is what tags, ARIA roles and documentation generators' classes mark as navigation, headers, footers
-    and sidebars, paging panels and drawings' text. With `main_content`, a boilerplate extractor (trafilatura) says
-    which words are the page's content; the smallest element that holds nearly all of them is the main content:
-    banners, navigation bars, sidebars and footers around it go. It is converted here, whole (the extractor's own
-    text loses structure and, at times, a paragraph), so headings, tables, code and definition lists keep their
-    structure. The page's title heading (its first `h1`) stays even where the main content starts below it; where
-    none is found, the whole page is read.
+    and sidebars, paging panels and drawings' text. Where the page marks its main content (one `main` element or
+    ARIA `role="main"`) and it holds at least half of the page's text, that is what is read. With `main_content`, a
+    boilerplate extractor (trafilatura) says which words are the page's content; the smallest element that holds
+    nearly all of them is the main content: banners, navigation bars, sidebars and footers around it go. It is
+    converted here, whole (the extractor's own text loses structure and, at times, a paragraph), so headings,
+    tables, code and definition lists keep their structure. The page's title heading (its first `h1`) stays even
+    where the main content starts below it; where none is found, the whole page is read.
     """
     from bs4 import BeautifulSoup, XMLParsedAsHTMLWarning  # heavy (about 0.1 s): loaded only when HTML is read
 
@@ -105,11 +107,28 @@ def html_text(html: str, *, main_content: bool = False) -> str:
         panel = link.find_parent(["p", "div", "table", "ul", "td"])
         if panel is not None and not panel.decomposed and len(panel.get_text(" ").split()) <= PANEL_WORDS:
             panel.decompose()
-    if main_content:
+    landmark = soup.find_all(lambda tag: tag.name == "main" or tag.get("role") == "main")
+    if len(landmark) == 1 and _words(landmark[0]) >= MAIN_TEXT_SHARE * _words(soup):
+        _reduce_to(soup, landmark[0])
+    elif main_content:
         kept = _extracted_trigrams(html)
         if kept:
             _keep_main_content(soup, kept)
     return _structured_text(soup)
+
+
+def _words(tag: Any) -> int:
+    return len(_WORD.findall(tag.get_text(" ")))
+
+
+def _reduce_to(soup: Any, main: Any) -> None:
+    """Reduce the page to its element `main`, with the page's title (its first `h1`) where `main` has none."""
+    title = soup.find("h1")
+    if title is not None and main.find("h1") is None and not any(p is main for p in title.parents):
+        main.insert(0, title.extract())
+    main.extract()
+    soup.clear()
+    soup.append(main)
 
 
 def _drop(soup: Any, predicate: Any) -> None:
@@ -186,12 +205,7 @@ def _keep_main_content(soup: Any, kept: set[tuple[str, ...]]) -> None:
         main = listing[-1].parent
     if main is soup or grams.get(id(main), 0) < MAIN_TEXT_SHARE * grams.get(id(soup), 0):
         return  # (the extractor kept a part of the content only: the whole page is read rather than lose the rest)
-    title = soup.find("h1")  # the page's title, kept where the main content has none of its own
-    if title is not None and main.find("h1") is None and not any(p is main for p in title.parents):
-        main.insert(0, title.extract())
-    main.extract()
-    soup.clear()
-    soup.append(main)
+    _reduce_to(soup, main)
 
 
 def _structured_text(soup: Any) -> str:
