@@ -136,11 +136,17 @@ def _group(name: str, page: str) -> str:
     return f"reworded-docs:{page}" if name == "postgresql" else f"reworded-{name}:{page}"
 
 
+def written_topics(name: str, corpus: Path, topics: list[Topic] | None = None) -> list[tuple[str, Topic]]:
+    """Manual `name`'s written questions with the section each asks of (`topics`: the manual's, read once)."""
+    written = _written(name)
+    found = collect(corpus) if topics is None else topics
+    return [(written[_topic_key(t)], t) for t in found if _topic_key(t) in written]
+
+
 def docs_pairs(name: str, topics: list[Topic], rng: random.Random) -> list[dict[str, object]]:
     """The newcomers' questions of manual `name` (its `topics`), paired as `lab.scripts.docs_pairs` pairs one."""
-    written = _written(name)
-    asked = [t for t in topics if _topic_key(t) in written]
-    rows = make_pairs(asked, rng, ask=lambda t, _rng: written[_topic_key(t)])
+    asked = {_topic_key(t): q for q, t in written_topics(name, Path(), topics)}
+    rows = make_pairs([t for t in topics if _topic_key(t) in asked], rng, ask=lambda t, _rng: asked[_topic_key(t)])
     for r in rows:
         r["group"] = _group(name, str(r["group"]))
     return rows
@@ -163,9 +169,8 @@ def cross_pairs(manuals: dict[str, list[Topic]]) -> list[dict[str, object]]:
         leads[name] = (kept, np.asarray(embed.embed_documents([titled(t.title, t.lead) for t in kept])))
     rows: list[dict[str, object]] = []
     for name, topics in manuals.items():
-        written = _written(name)
-        asked = [t for t in topics if _topic_key(t) in written]
-        questions = [written[_topic_key(t)] for t in asked]
+        pairs = written_topics(name, Path(), topics)
+        questions, asked = [q for q, _ in pairs], [t for _, t in pairs]
         vectors = np.asarray(embed.embed_documents(questions))
         for other, (kept, matrix) in leads.items():
             if other == name or not kept:

@@ -2,14 +2,17 @@
 
 The floor is a property of the embedder, so it is drawn on data nobody evaluates on: SQuAD 1.1 training questions
 and the sentence of their paragraph that holds their answer (a one-fact answer is given with that sentence), the
-cosine as the graph takes it (`grading.relevance.answer_cosine`), at a low quantile: the floor keeps that share
-of right answer sentences below it out. `--write` puts the floor, the embedder's name, the objective and the figures
-into a calibration file (atomically); `--run` reports what each of a few quantiles would decline of `fastcrag eval
-docs` runs: of questions asked of their own manual (answered with the substance, or not) and of another manual
-(`wrong`: no right answer exists there):
+cosine as the graph takes it (`grading.relevance.answer_cosine`), at a low quantile: the floor keeps that share of
+right answer sentences below it out. With `--docs NAME=DIR`, also the newcomers' questions written for a training
+manual's sections (`lab/questions/reworded/docs-NAME.jsonl`; no evaluation set uses these manuals) with their
+section's lead, the answer a documentation question is given first; the floor is then the lower of the two kinds'
+quantiles, so that neither kind loses more than that share of its right answers. `--write` puts the floor, the
+embedder's name, the objective and the figures into a calibration file (atomically); `--run` reports what each of a
+few quantiles would decline of `fastcrag eval docs` runs: of questions asked of their own manual (answered with the
+substance, or not) and of another manual (`wrong`: no right answer exists there):
 
     FASTRAG_DATA=../shared/data python -m lab.scripts.answer_floor [--write src/fastcrag/config/calibration.json]
-        [--run in:EVAL_OUT ... --run wrong:EVAL_OUT ...]
+        [--docs NAME=DIR ...] [--run in:EVAL_OUT ... --run wrong:EVAL_OUT ...]
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from lab.data import SHARED_DATA
 QUANTILE = 0.05
 """The share of right answer sentences the floor declines: the conventional 5% of a one-sided check."""
 REPORTED = (0.01, 0.02, 0.05, 0.10)
+SQUAD, DOCS = "SQuAD questions with their answer sentence", "newcomers' questions with their section's lead"
 
 
 def cosines(questions: Sequence[str], texts: Sequence[str]) -> np.ndarray:
@@ -62,6 +66,19 @@ def squad_answer_sentences(path: Path, articles: int, seed: int = 0) -> tuple[li
                     questions.append(qa["question"])
                     sentences.append(hit)
     return questions, sentences
+
+
+def docs_leads(manuals: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The written newcomers' questions of each manual (`NAME=DIR`) and their section's lead."""
+    from lab.experiments.reworded_pairs import written_topics
+
+    questions, leads = [], []
+    for spec in manuals:
+        name, _, folder = spec.partition("=")
+        for question, topic in written_topics(name, Path(folder)):
+            questions.append(question)
+            leads.append(topic.lead)
+    return questions, leads
 
 
 def answered(run: Path) -> list[dict[str, object]]:
@@ -95,27 +112,40 @@ def main() -> int:
     ap.add_argument("--articles", type=int, default=120, help="articles sampled (seed 0)")
     ap.add_argument("--quantile", type=float, default=QUANTILE)
     ap.add_argument("--write", type=Path, help="calibration.json to write the floor into")
+    ap.add_argument("--docs", action="append", default=[], help="NAME=DIR: a training manual's written questions")
     ap.add_argument("--run", action="append", default=[], help="in:EVAL_OUT or wrong:EVAL_OUT")
     args = ap.parse_args()
-    questions, sentences = squad_answer_sentences(args.squad, args.articles)
-    values = cosines(questions, sentences)
-    floors = {q: float(np.quantile(values, q)) for q in sorted({*REPORTED, args.quantile})}
+    kinds = {SQUAD: squad_answer_sentences(args.squad, args.articles)}
+    if args.docs:
+        kinds[DOCS] = docs_leads(args.docs)
+    floors: dict[float, float] = {}
+    medians: dict[str, np.ndarray] = {}
+    for kind, (questions, texts) in kinds.items():
+        values = medians[kind] = cosines(questions, texts)
+        own = {q: float(np.quantile(values, q)) for q in sorted({*REPORTED, args.quantile})}
+        floors = {q: min(f, floors.get(q, f)) for q, f in own.items()}
+        print(f"{len(values)} {kind}: median cosine {np.median(values):.3f}; ", end="")
+        print(", ".join(f"q{q:g} {f:.3f}" for q, f in own.items()))
     floor = round(floors[args.quantile], 4)
-    print(f"{len(values)} SQuAD questions with their answer sentence: median cosine {np.median(values):.3f}; ", end="")
-    print(", ".join(f"q{q:g} {f:.3f}" for q, f in floors.items()), f"-> answer_floor {floor}")
+    print(f"-> answer_floor {floor}")
     if args.write:
         cal = load_calibration(args.write)
         start = cal.objective.find("; answer_floor:")
         kept = cal.objective[:start] if start >= 0 else cal.objective
         name = embedder_name(default_embeddings())
+        drawn = f"{len(kinds[SQUAD][0])} questions of {args.squad.name} ({args.articles} articles, seed 0) with the "
+        drawn += "sentence holding their answer"
+        if args.docs:
+            manuals = ", ".join(d.partition("=")[0] for d in args.docs)
+            drawn += f", and of {len(kinds[DOCS][0])} newcomers' questions of {manuals} with their section's lead "
+            drawn += "(lab/questions/reworded/), the lower of the two"
         objective = (
-            f"{kept}; answer_floor: the {args.quantile:g} quantile of the cosine ({name}) of {len(values)} questions "
-            f"of {args.squad.name} ({args.articles} articles, seed 0) with the sentence holding their answer "
+            f"{kept}; answer_floor: the {args.quantile:g} quantile of the cosine ({name}) of {drawn} "
             "(`python -m lab.scripts.answer_floor`; a property of the embedder, kept by a fit)"
         )
         metrics = cal.metrics | {
-            "answer_floor_pairs": len(values),
-            "answer_floor_median": round(float(np.median(values)), 4),
+            "answer_floor_pairs": sum(len(q) for q, _ in kinds.values()),
+            "answer_floor_median": round(float(np.median(medians[SQUAD])), 4),
         }
         update = {"answer_floor": floor, "answer_embedder": name, "objective": objective, "metrics": metrics}
         write_json_atomic(args.write, cal.model_copy(update=update).model_dump())

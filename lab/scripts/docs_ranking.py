@@ -1,7 +1,8 @@
 """Where a documentation set's right page stands before the answer stage (lab/RESULTS.md, "Answers from docs").
 
-How often a right page is first among the top 10 by the first pass, by the grader's own order, and by the order
-fused at each `rerank_weight`. The "before" figures: `--index` an index built at the earlier commit (its chunker).
+How often a right page is among the first pass's top 50 (`in_pool`) and top 10 (`in_top`, the candidates graded),
+and first among the top 10 by the first pass, by the grader's own order, and by the order fused at each
+`rerank_weight`. The "before" figures: `--index` an index built at the earlier commit (its chunker).
 With `--near-miss`, also each question as a near miss (its right pages taken out of the candidates, the next ones
 graded in their place): the median best grade of the candidates with and without them. With `--run`, a `fastcrag
 eval docs` run of the same set: the questions whose right page the packaged order (`rerank_weight`) puts first but
@@ -43,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     parts = Components(Settings(index_dir=args.index) if args.index else Settings())
     retriever, grader = parts.retriever(), parts.reranker()
     assert isinstance(retriever, HybridRetriever)
-    counts: dict[str, float] = {"questions": 0, "first_pass": 0, **{f"order_{w:g}": 0 for w in WEIGHTS}}
+    counts: dict[str, float] = {"questions": 0, "in_pool": 0, "in_top": 0, "first_pass": 0}
+    counts |= {f"order_{w:g}": 0 for w in WEIGHTS}
     grades: dict[str, list[float]] = {"with": [], "without": []}
     lines = (args.run / "results.jsonl").read_text().splitlines()[1:] if args.run else []  # after its config line
     ran = {r["id"]: r for r in map(json.loads, lines)}
@@ -60,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
             grades["with"].append(max(scores, default=0.0))
             grades["without"].append(max(grader.score(q.question, [d.page_content for d in rest[:DEPTH]]), default=0.0))
         counts["questions"] += 1
+        counts["in_pool"] += any(
+            any(source_matches(str(d.metadata.get("source", "")), w) for w in q.sources) for d in pool
+        )
+        counts["in_top"] += any(right)
         counts["first_pass"] += bool(right and right[0])
         for w in WEIGHTS:
             counts[f"order_{w:g}"] += bool(right and right[fused_order(scores, w)[0]])

@@ -95,3 +95,21 @@ def test_a_newcomers_question_is_paired_with_the_nearest_section_of_another_manu
     assert asked_sql["passage"] == titled("db_index", web["db"].lead)  # the nearest of the other manual, not any
     assert asked_sql["label"] == 0 and asked_sql["group"] == "reworded-sql:create-index.html"
     assert by_question["Where do I put the HTML layout of my pages?"]["passage"] == titled("CREATE INDEX", sql.lead)
+
+
+def test_written_questions_are_matched_to_their_sections_and_skips_left_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sections = [
+        _topic("a.html", "Alpha", "Alpha lead."),
+        _topic("a.html", "Beta", "Beta lead."),
+        _topic("b.html", "C", "C."),
+    ]
+    rows = [
+        {"id": "a.html#Beta", "question": "What is beta for?", "how": "plain"},
+        {"id": "b.html#C", "question": None, "how": "skip"},
+        {"id": "gone.html#D", "question": "Where did D go?", "how": "plain"},  # a section this manual no longer has
+    ]
+    (tmp_path / "docs-m.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    monkeypatch.setattr(rp, "HERE", tmp_path)
+    assert rp.written_topics("m", tmp_path, sections) == [("What is beta for?", sections[1])]
