@@ -8,7 +8,8 @@
 #   bash lab/scripts/train_grader_v8.sh [RUN_FOLDER]     # default runs/grader-v8
 #
 # The manuals are fetched from Debian (scripts/fetch_docs_corpus.sh, SHA-256 checked); none is an evaluation set.
-# A rebuild is close to, not identical with, a packaged file (bf16 arithmetic and thread timing differ).
+# A rebuild is close to, not identical with, the run reported (bf16 arithmetic and thread timing differ; its pairs were
+# made before the loader read a page's marked main content, so SQLAlchemy's pairs differ a little).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 run=${1:-runs/grader-v8}
