@@ -24,8 +24,9 @@ sentence (1, with the answer for the reader's span), a paragraph of the article 
 of its paragraph (0); a newcomer's question against its section as `lab.scripts.docs_pairs` pairs a templated one (the
 lead and the opening 1, a side sentence 0.3, a row or code 0, a neighbouring subject's lead 0, a random page's lead 0).
 With `--cross` and two manuals or more, each newcomer's question is also paired against the section of every other
-manual whose lead the embedder places nearest it (0): a question asked of the wrong manual, as the off-corpus check asks
-it. Groups keep an article's or a page's pairs on one side of the pool's dev split.
+manual whose lead the embedder places nearest it (0, where their cosine is below `CROSS_BELOW`): a question asked of the
+wrong manual, as the off-corpus check asks it. Groups keep an article's or a page's pairs on one side of the pool's dev
+split.
 """
 
 from __future__ import annotations
@@ -136,16 +137,15 @@ def _group(name: str, page: str) -> str:
     return f"reworded-docs:{page}" if name == "postgresql" else f"reworded-{name}:{page}"
 
 
-def written_topics(name: str, corpus: Path, topics: list[Topic] | None = None) -> list[tuple[str, Topic]]:
-    """Manual `name`'s written questions with the section each asks of (`topics`: the manual's, read once)."""
+def written_topics(name: str, topics: list[Topic]) -> list[tuple[str, Topic]]:
+    """Manual `name`'s written questions with the section each asks of (`topics`: the manual's, as `collect` reads)."""
     written = _written(name)
-    found = collect(corpus) if topics is None else topics
-    return [(written[_topic_key(t)], t) for t in found if _topic_key(t) in written]
+    return [(written[_topic_key(t)], t) for t in topics if _topic_key(t) in written]
 
 
 def docs_pairs(name: str, topics: list[Topic], rng: random.Random) -> list[dict[str, object]]:
     """The newcomers' questions of manual `name` (its `topics`), paired as `lab.scripts.docs_pairs` pairs one."""
-    asked = {_topic_key(t): q for q, t in written_topics(name, Path(), topics)}
+    asked = {_topic_key(t): q for q, t in written_topics(name, topics)}
     rows = make_pairs([t for t in topics if _topic_key(t) in asked], rng, ask=lambda t, _rng: asked[_topic_key(t)])
     for r in rows:
         r["group"] = _group(name, str(r["group"]))
@@ -169,7 +169,7 @@ def cross_pairs(manuals: dict[str, list[Topic]]) -> list[dict[str, object]]:
         leads[name] = (kept, np.asarray(embed.embed_documents([titled(t.title, t.lead) for t in kept])))
     rows: list[dict[str, object]] = []
     for name, topics in manuals.items():
-        pairs = written_topics(name, Path(), topics)
+        pairs = written_topics(name, topics)
         questions, asked = [q for q, _ in pairs], [t for _, t in pairs]
         vectors = np.asarray(embed.embed_documents(questions))
         for other, (kept, matrix) in leads.items():

@@ -71,11 +71,12 @@ def squad_answer_sentences(path: Path, articles: int, seed: int = 0) -> tuple[li
 def docs_leads(manuals: Sequence[str]) -> tuple[list[str], list[str]]:
     """The written newcomers' questions of each manual (`NAME=DIR`) and their section's lead."""
     from lab.experiments.reworded_pairs import written_topics
+    from lab.scripts.docs_pairs import collect
 
     questions, leads = [], []
     for spec in manuals:
         name, _, folder = spec.partition("=")
-        for question, topic in written_topics(name, Path(folder)):
+        for question, topic in written_topics(name, collect(Path(folder))):
             questions.append(question)
             leads.append(topic.lead)
     return questions, leads

@@ -112,4 +112,4 @@ def test_written_questions_are_matched_to_their_sections_and_skips_left_out(
     ]
     (tmp_path / "docs-m.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     monkeypatch.setattr(rp, "HERE", tmp_path)
-    assert rp.written_topics("m", tmp_path, sections) == [("What is beta for?", sections[1])]
+    assert rp.written_topics("m", sections) == [("What is beta for?", sections[1])]
