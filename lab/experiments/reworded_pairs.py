@@ -59,6 +59,11 @@ def _answer_sentence(article: Article, paragraph: int, answer: str) -> str | Non
     return next((s for s in _SENTENCE.split(article.paragraphs[paragraph]) if answer in s), None)
 
 
+def _with_lead(topics: list[Topic]) -> list[Topic]:
+    """The sections whose lead is long enough to answer with and short enough to read as one answer."""
+    return [t for t in topics if LEAD_WORDS[0] <= len(t.lead.split()) <= LEAD_WORDS[1]]
+
+
 def _topic_key(t: Topic) -> str:
     return f"{t.page}#{t.title}"
 
@@ -80,7 +85,7 @@ def draw(out: Path, squad_round: int, corpus: Path) -> None:
         if (key := (it["article"], it["sentence"][:40])) not in seen:
             seen.add(key)
             squad.append(it)
-    topics = [t for t in collect(corpus) if LEAD_WORDS[0] <= len(t.lead.split()) <= LEAD_WORDS[1]]
+    topics = _with_lead(collect(corpus))
     rng.shuffle(topics)
     pages: set[str] = set()
     docs = []
@@ -165,7 +170,7 @@ def cross_pairs(manuals: dict[str, list[Topic]]) -> list[dict[str, object]]:
     embed = default_embeddings()
     leads = {}
     for name, topics in manuals.items():
-        kept = [t for t in topics if LEAD_WORDS[0] <= len(t.lead.split()) <= LEAD_WORDS[1]]
+        kept = _with_lead(topics)
         leads[name] = (kept, np.asarray(embed.embed_documents([titled(t.title, t.lead) for t in kept])))
     rows: list[dict[str, object]] = []
     for name, topics in manuals.items():

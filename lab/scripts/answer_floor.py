@@ -120,9 +120,9 @@ def main() -> int:
     if args.docs:
         kinds[DOCS] = docs_leads(args.docs)
     floors: dict[float, float] = {}
-    medians: dict[str, np.ndarray] = {}
+    cosines_of: dict[str, np.ndarray] = {}
     for kind, (questions, texts) in kinds.items():
-        values = medians[kind] = cosines(questions, texts)
+        values = cosines_of[kind] = cosines(questions, texts)
         own = {q: float(np.quantile(values, q)) for q in sorted({*REPORTED, args.quantile})}
         floors = {q: min(f, floors.get(q, f)) for q, f in own.items()}
         print(f"{len(values)} {kind}: median cosine {np.median(values):.3f}; ", end="")
@@ -146,7 +146,7 @@ def main() -> int:
         )
         metrics = cal.metrics | {
             "answer_floor_pairs": sum(len(q) for q, _ in kinds.values()),
-            "answer_floor_median": round(float(np.median(medians[SQUAD])), 4),
+            "answer_floor_median": round(float(np.median(cosines_of[SQUAD])), 4),
         }
         update = {"answer_floor": floor, "answer_embedder": name, "objective": objective, "metrics": metrics}
         write_json_atomic(args.write, cal.model_copy(update=update).model_dump())

@@ -54,17 +54,16 @@ def main(argv: list[str] | None = None) -> int:
     for q in load_questions(args.questions):
         pool = retriever.search(q.question, k=POOL)[0]
         docs = pool[:DEPTH]
-        sources = [str(d.metadata.get("source", "")) for d in docs]
-        right = [any(source_matches(s, want) for want in q.sources) for s in sources]
+        pool_sources = [str(d.metadata.get("source", "")) for d in pool]
+        matches = [any(source_matches(s, want) for want in q.sources) for s in pool_sources]
+        sources, right = pool_sources[:DEPTH], matches[:DEPTH]
         scores = grader.score(q.question, [d.page_content for d in docs])
         if args.near_miss:
-            rest = [d for d in pool if not any(source_matches(str(d.metadata.get("source", "")), w) for w in q.sources)]
+            rest = [d for d, match in zip(pool, matches, strict=True) if not match]
             grades["with"].append(max(scores, default=0.0))
             grades["without"].append(max(grader.score(q.question, [d.page_content for d in rest[:DEPTH]]), default=0.0))
         counts["questions"] += 1
-        counts["in_pool"] += any(
-            any(source_matches(str(d.metadata.get("source", "")), w) for w in q.sources) for d in pool
-        )
+        counts["in_pool"] += any(matches)
         counts["in_top"] += any(right)
         counts["first_pass"] += bool(right and right[0])
         for w in WEIGHTS:
