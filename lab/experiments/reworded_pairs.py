@@ -17,6 +17,7 @@ hand, each for an item this script draws, never from an evaluation set:
 
     python -m lab.experiments.reworded_pairs draw OUT_DIR --round R --docs NAME=DIR   # the items, 8 files of each kind
     python -m lab.experiments.reworded_pairs pairs OUT.jsonl --round R ... --docs NAME=DIR ...   # pairs for --user-data
+    python -m lab.experiments.reworded_pairs questions OUT.jsonl --docs NAME=DIR [--size 120 --seed 20261207]
 
 DIR is `bash scripts/fetch_docs_corpus.sh --corpus NAME DIR` (postgresql, django, sqlalchemy); round R draws the SQuAD
 items after those of the rounds before it. The pairs: a reworded SQuAD question against its own paragraph and its answer
@@ -198,17 +199,47 @@ def cross_pairs(manuals: dict[str, list[Topic]]) -> list[dict[str, object]]:
     return rows
 
 
+def question_set(name: str, size: int, seed: int) -> list[dict[str, object]]:
+    """`size` of manual `name`'s written questions drawn at random, as a `fastcrag eval docs` question set.
+
+    A development measure of what reads the manual (the loader, the first pass), never of a grader trained on these
+    questions; only the right page (first, cited) and abstention are meant to be read: the key term is a placeholder.
+    """
+    written = _written(name)
+    drawn = random.Random(seed).sample(sorted(written), size)
+    return [
+        {
+            "id": f"{name[:2]}-{n:03d}",
+            "question": written[key],
+            "sources": [key.split("#", 1)[0]],
+            "sentence": "",
+            "key_terms": [name],
+            "kind": "explain",
+            "category": "written",
+        }
+        for n, key in enumerate(drawn)
+    ]
+
+
 def main() -> int:
-    """`draw` the items, or write the `pairs` of the written questions."""
+    """`draw` the items, write the `pairs` of the written questions, or a `questions` set of one manual's."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("command", choices=["draw", "pairs"])
+    ap.add_argument("command", choices=["draw", "pairs", "questions"])
     ap.add_argument("out")
     ap.add_argument("--round", type=int, action="append", default=[], help="SQuAD rewordings of this round")
     ap.add_argument("--docs", action="append", default=[], help="NAME=DIR: a manual as fetch_docs_corpus.sh fetches it")
     ap.add_argument("--repeat", type=int, default=1, help="write each pair this many times (weight in the pool)")
     ap.add_argument("--cross", action="store_true", help="pair each manual's questions with the other manuals' nearest")
+    ap.add_argument("--size", type=int, default=120, help="questions: how many to draw")
+    ap.add_argument("--seed", type=int, default=20261207, help="questions: the draw's seed")
     args = ap.parse_args()
     manuals = [(name, Path(folder)) for name, folder in (d.split("=", 1) for d in args.docs)]
+    if args.command == "questions":
+        if len(manuals) != 1:
+            ap.error("questions needs one --docs NAME=DIR")
+        rows = question_set(manuals[0][0], args.size, args.seed)
+        write_text_atomic(Path(args.out), "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+        return 0
     if args.command == "draw":
         if not manuals:
             ap.error("draw needs --docs NAME=DIR")

@@ -113,3 +113,17 @@ def test_written_questions_are_matched_to_their_sections_and_skips_left_out(
     (tmp_path / "docs-m.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     monkeypatch.setattr(rp, "HERE", tmp_path)
     assert rp.written_topics("m", sections) == [("What is beta for?", sections[1])]
+
+
+def test_a_manuals_written_questions_make_a_reproducible_question_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rows = [{"id": f"p{i}.html#S{i}", "question": f"Question {i}?", "how": "plain"} for i in range(10)]
+    rows.append({"id": "skip.html#T", "question": None, "how": "skip"})
+    (tmp_path / "docs-m.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    monkeypatch.setattr(rp, "HERE", tmp_path)
+    drawn = rp.question_set("m", 4, seed=1)
+    assert drawn == rp.question_set("m", 4, seed=1) != rp.question_set("m", 4, seed=2)
+    assert len({str(r["question"]) for r in drawn}) == 4
+    for r in drawn:  # each asks of its own page, and a skipped section is never drawn
+        assert r["sources"] == [f"p{str(r['question'])[9:-1]}.html"]
