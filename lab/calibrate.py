@@ -37,6 +37,7 @@ from fastcrag.grading.reranker import CachingReranker, Reranker, checked_scores
 from fastcrag.measures import auc
 from fastcrag.retrieval.hybrid import HybridRetriever
 from fastcrag.retrieval.store import FaissStore
+from lab.calibrate_docs import declined_shares, docs_sample
 
 
 def squad_condition_views(
@@ -115,12 +116,17 @@ def calibrate(
     refine_k: int = 6,
     chunk_tokens: int = 128,
     chunk_overlap: int = 24,
+    manuals: Sequence[tuple[str, Path]] = (),
+    wrong_manuals: Sequence[Path] = (),
+    per_manual: int = 200,
 ) -> Calibration:
     """Derive both thresholds and write them, with their provenance and figures, atomically to `out`.
 
     `rerank_weight`, `flare_threshold` and `answer_floor` are not drawn here (one is chosen end to end on the
     evaluation sets, the others are properties of the chat model and of the embedder): they, their objectives and
-    their figures (`flare_*`, `answer_floor_*` metrics) are kept from the packaged calibration.
+    their figures (`flare_*`, `answer_floor_*` metrics) are kept from the packaged calibration. With `manuals`
+    ((name, index) pairs) and `wrong_manuals`, the thresholds are drawn on SQuAD's observations and on `per_manual`
+    documentation ones of each class together (`lab.calibrate_docs`).
     """
     kept = load_calibration(PACKAGED_CALIBRATION)
     docs, pool = question_pools(squad, off_corpus)
@@ -138,13 +144,15 @@ def calibrate(
     factors = condition_curve(views)
     factor, factor_objective = choose_condition_factor(factors, views, 1.0)
     shift, shift_metrics = measure_pseudo_shift(store, reranker, chosen, obs, retrieved, top_k, seed)
+    documentation = docs_sample(manuals, wrong_manuals, reranker, per_manual, seed, refine_k) if manuals else None
+    squad_obs, obs = obs, [*obs, *(documentation.observations if documentation else [])]
     threshold, objective = choose_threshold(obs, target_precision)
     upper = choose_upper(obs, threshold, tolerance, min_support=max(10, len(obs) // 20))
     reader_threshold, reader_objective = choose_reader_threshold(obs, threshold, target_precision)
     refine_floor, refine_objective = choose_reader_threshold(obs, threshold, target_precision, upper)
     objective += reader_objective + refine_objective
     passing = [o for o in obs if o.span_score is not None and o.top_score >= threshold]
-    by_kind = {k: [o.top_score for o in obs if o.kind == k] for k in pool}
+    by_kind = {k: [o.top_score for o in squad_obs if o.kind == k] for k in pool}
     refine = RefineFloor(upper, refine_floor)
     precision, recall = abstention_rates(obs, threshold, reader_threshold=reader_threshold, refine=refine)
     bands = {"CORRECT": 0, "AMBIGUOUS": 0, "INCORRECT": 0}
@@ -161,6 +169,9 @@ def calibrate(
         "auc_by_condition_factor": {f"{f:g}": v for f, v in factors.items()},
         "pseudo_shift": shift_metrics,
     }
+    if documentation:
+        declined = declined_shares(documentation.observations, threshold)
+        metrics["documentation"] = {**documentation.metrics, "declined_at_grading": declined}
     for key, group in (
         ("passing", passing),
         ("correct", [o for o in passing if o.top_score >= upper]),
@@ -180,7 +191,8 @@ def calibrate(
         condition_factor=factor,
         pseudo_shift=shift,
         data=f"{squad.name} (corpus: its {len(docs)} paragraphs; answerable, unanswerable); "
-        f"off-corpus: {off_corpus.name} articles not in the corpus; {per_class} questions per class, seed {seed}",
+        f"off-corpus: {off_corpus.name} articles not in the corpus; {per_class} questions per class, seed {seed}"
+        + (f"; documentation: {documentation.data}" if documentation else ""),
         sample=CalibrationSample(
             questions=squad.name, classes=list(pool), off_corpus=off_corpus.name, per_class=per_class, seed=seed
         ),

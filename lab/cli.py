@@ -24,9 +24,16 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from fastcrag.config.calibration import PACKAGED_CALIBRATION
     from fastcrag.grading.reranker import default_reranker_spec, load_reranker
     from lab.calibrate import calibrate
+    from lab.calibrate_docs import parse_manual
 
     settings = _settings(args)
     _check_paths(Path(args.squad), Path(args.off_corpus))
+    try:
+        manuals = [parse_manual(spec) for spec in args.docs]
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    _check_paths(*(index for _, index in manuals), *map(Path, args.wrong_manual))
     reranker = load_reranker(settings.reranker or default_reranker_spec())
     out = Path(args.out) if args.out else PACKAGED_CALIBRATION
     cal = calibrate(
@@ -40,6 +47,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         tolerance=args.tolerance,
         chunk_tokens=settings.chunk_tokens,
         chunk_overlap=settings.chunk_overlap,
+        manuals=manuals,
+        wrong_manuals=[Path(w) for w in args.wrong_manual],
+        per_manual=args.docs_per_manual,
     )
     print(
         f"{out}: reranker_threshold={cal.reranker_threshold} crag_upper={cal.crag_upper} "
@@ -108,6 +118,17 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     cal.add_argument("--seed", type=int, default=13)
     cal.add_argument("--target-precision", type=float, default=0.9, help="abstention precision to reach")
     cal.add_argument("--tolerance", type=float, default=0.1, help="share of refinements allowed to matter")
+    cal.add_argument(
+        "--docs",
+        action="append",
+        default=[],
+        metavar="NAME=INDEX",
+        help="also a manual's written questions (lab/questions/reworded/docs-NAME.jsonl) asked of its index",
+    )
+    cal.add_argument(
+        "--wrong-manual", action="append", default=[], metavar="INDEX", help="an index --docs questions are not of"
+    )
+    cal.add_argument("--docs-per-manual", type=int, default=200, help="--docs questions per manual and class")
     cal.set_defaults(func=cmd_calibrate)
 
     rel = subparsers.add_parser("reliability", help="inject faults, bad input, load and kills; print the report")

@@ -132,7 +132,7 @@ def squad_pairs(rounds: list[int], rng: random.Random) -> list[dict[str, object]
     return rows
 
 
-def _written(name: str) -> dict[str, str]:
+def written_questions(name: str) -> dict[str, str]:
     """Manual `name`'s written questions by section key (skipped sections left out)."""
     rows = (json.loads(line) for line in (HERE / f"docs-{name}.jsonl").open(encoding="utf-8"))
     return {r["id"]: r["question"] for r in rows if r["question"]}
@@ -145,7 +145,7 @@ def _group(name: str, page: str) -> str:
 
 def written_topics(name: str, topics: list[Topic]) -> list[tuple[str, Topic]]:
     """Manual `name`'s written questions with the section each asks of (`topics`: the manual's, as `collect` reads)."""
-    written = _written(name)
+    written = written_questions(name)
     return [(written[_topic_key(t)], t) for t in topics if _topic_key(t) in written]
 
 
@@ -205,7 +205,7 @@ def question_set(name: str, size: int, seed: int) -> list[dict[str, object]]:
     A development measure of what reads the manual (the loader, the first pass), never of a grader trained on these
     questions; only the right page (first, cited) and abstention are meant to be read: the key term is a placeholder.
     """
-    written = _written(name)
+    written = written_questions(name)
     drawn = random.Random(seed).sample(sorted(written), size)
     return [
         {
