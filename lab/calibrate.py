@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import sys
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -147,31 +148,40 @@ def calibrate(
     documentation = docs_sample(manuals, wrong_manuals, reranker, per_manual, seed, refine_k) if manuals else None
     squad_obs, obs = obs, [*obs, *(documentation.observations if documentation else [])]
     threshold, objective = choose_threshold(obs, target_precision)
-    upper = choose_upper(obs, threshold, tolerance, min_support=max(10, len(obs) // 20))
+    objective += " (SQuAD's questions and the documentation ones together)" if documentation else ""
+    # crag_upper on SQuAD's questions alone: over documentation the best sentence strip lies in another chunk than
+    # the best chunk for most questions (58% of SQLAlchemy's at v6), so drawn there too it sends nearly every answer
+    # through refine (crag_upper 0.870 -> 0.926; lab/RESULTS.md, "Documentation questions in the calibration pool")
+    upper = choose_upper(squad_obs, threshold, tolerance, min_support=max(10, len(squad_obs) // 20))
     reader_threshold, reader_objective = choose_reader_threshold(obs, threshold, target_precision)
     refine_floor, refine_objective = choose_reader_threshold(obs, threshold, target_precision, upper)
     objective += reader_objective + refine_objective
     passing = [o for o in obs if o.span_score is not None and o.top_score >= threshold]
     by_kind = {k: [o.top_score for o in squad_obs if o.kind == k] for k in pool}
     refine = RefineFloor(upper, refine_floor)
-    precision, recall = abstention_rates(obs, threshold, reader_threshold=reader_threshold, refine=refine)
-    bands = {"CORRECT": 0, "AMBIGUOUS": 0, "INCORRECT": 0}
-    for o in obs:
-        bands[band_of(o.top_score, threshold, upper)] += 1
+    precision, recall = abstention_rates(squad_obs, threshold, reader_threshold=reader_threshold, refine=refine)
+
+    def band_mix(group: Sequence[Observation]) -> dict[str, int]:
+        return dict(Counter(band_of(o.top_score, threshold, upper) for o in group))
+
     metrics = {
         "questions": {k: len(v) for k, v in by_kind.items()},
         "auc_answerable_vs_off_corpus": round(auc(by_kind["answerable"], by_kind["off_corpus"]), 4),
         "auc_answerable_vs_unanswerable": round(auc(by_kind["answerable"], by_kind["unanswerable"]), 4),
         "abstention_precision": round(precision, 4),
         "abstention_recall": round(recall, 4),
-        "band_mix": bands,
+        "band_mix": band_mix(squad_obs),
         "median_top_score": {k: round(float(np.median(v)), 4) for k, v in by_kind.items() if v},
         "auc_by_condition_factor": {f"{f:g}": v for f, v in factors.items()},
         "pseudo_shift": shift_metrics,
     }
     if documentation:
         declined = declined_shares(documentation.observations, threshold)
-        metrics["documentation"] = {**documentation.metrics, "declined_at_grading": declined}
+        metrics["documentation"] = {
+            **documentation.metrics,
+            "declined_at_grading": declined,
+            "band_mix": band_mix(documentation.observations),
+        }
     for key, group in (
         ("passing", passing),
         ("correct", [o for o in passing if o.top_score >= upper]),
@@ -201,9 +211,9 @@ def calibrate(
         answer_floor=kept.answer_floor,
         answer_embedder=kept.answer_embedder,
         objective=f"{objective}; crag_upper: lowest score above which refinement moves the best evidence to "
-        f"another chunk for <= {tolerance:.0%} of questions; {factor_objective}; pseudo_shift: the median logit of "
-        f"the answerable questions' top grade (evidence retrieved) minus that of {PSEUDO_QUESTIONS} cloze "
-        f"pseudo-questions made from the same corpus as `fastcrag fit` makes them{_carried(kept)}",
+        f"another chunk for <= {tolerance:.0%} of {squad.name}'s questions; {factor_objective}; pseudo_shift: the "
+        f"median logit of the answerable questions' top grade (evidence retrieved) minus that of {PSEUDO_QUESTIONS} "
+        f"cloze pseudo-questions made from the same corpus as `fastcrag fit` makes them{_carried(kept)}",
         created=dt.date.today().isoformat(),
         metrics={**metrics, **{k: v for k, v in kept.metrics.items() if k.startswith(("flare_", "answer_floor_"))}},
     )
