@@ -113,7 +113,7 @@ def docs_sample(
     names = ", ".join(f"{n} ({c['answerable']} + {c['off_corpus']})" for n, c in counts.items())
     data = (
         f"newcomers' written questions of {names}: answerable asked of their own manual's index, off-corpus of "
-        f"{len(wrong)} other manuals' (embedder cosine below {CROSS_BELOW}), seed {seed}"
+        f"another manual's ({', '.join(w.name for w in wrong)}; embedder cosine below {CROSS_BELOW}), seed {seed}"
     )
     return DocsSample(observations, data, metrics)
 
