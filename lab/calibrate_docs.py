@@ -32,7 +32,7 @@ from fastcrag.grading.reranker import Reranker
 from fastcrag.graph.nodes.retrieve import search
 from fastcrag.measures import auc
 from fastcrag.retrieval.embeddings import default_embeddings
-from lab.experiments.reworded_pairs import CROSS_BELOW, written_questions
+from lab.experiments.reworded_pairs import CROSS_BELOW, HERE, written_questions
 
 
 @dataclass(frozen=True)
@@ -45,10 +45,12 @@ class DocsSample:
 
 
 def parse_manual(spec: str) -> tuple[str, Path]:
-    """`NAME=INDEX`: a manual with written questions and its index folder."""
+    """`NAME=INDEX`: a manual with written questions (`docs-NAME.jsonl`) and its index folder."""
     name, sep, index = spec.partition("=")
     if not sep or not name or not index:
         raise ValueError(f"--docs takes NAME=INDEX, not {spec!r}")
+    if not (HERE / f"docs-{name}.jsonl").is_file():
+        raise ValueError(f"no written questions of {name!r} (lab/questions/reworded/docs-{name}.jsonl)")
     return name, Path(index)
 
 

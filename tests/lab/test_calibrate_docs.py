@@ -82,4 +82,6 @@ def test_declined_shares_and_a_bad_manual_spec() -> None:
     assert parse_manual("sqlalchemy=idx") == ("sqlalchemy", Path("idx"))
     with pytest.raises(ValueError, match="NAME=INDEX"):
         parse_manual("idx")
+    with pytest.raises(ValueError, match="no written questions"):
+        parse_manual("no-such-manual=idx")
     assert declined_shares(obs, 0.0) == {"answerable": 0.0, "off_corpus": 0.0}
