@@ -57,7 +57,30 @@ def squad_condition_views(
     return views
 
 
-def measure_pseudo_shift(
+def pseudo_grades(store: Any, reranker: Reranker, top_k: int, seed: int) -> list[float]:
+    """The top grades of cloze pseudo-questions of `store`'s corpus, made and first-passed as `fastcrag fit` does."""
+    made = sample_pseudo_questions(store, PSEUDO_QUESTIONS, seed)
+    items = [
+        i for i in pseudo_first_pass(HybridRetriever(store=store, k=top_k), made, top_k, True) if i.retrieved(top_k)
+    ]
+    return [
+        o.top_score
+        for o in observe_views(reranker, items, top_k, False, True, "pseudo-questions")
+        if o.kind == "answerable"
+    ]
+
+
+def shift_figures(real: Sequence[float], pseudo: Sequence[float]) -> dict[str, Any]:
+    """The two sides of a `pseudo_shift`: how many, and their median top grades."""
+    return {
+        "answerable": len(real),
+        "pseudo_questions": len(pseudo),
+        "median_top_score_answerable": round(float(np.median(real)), 4),
+        "median_top_score_pseudo": round(float(np.median(pseudo)), 4),
+    }
+
+
+def squad_shift_sides(
     store: FaissStore,
     reranker: Reranker,
     questions: Sequence[LabelledQuestion],
@@ -65,10 +88,10 @@ def measure_pseudo_shift(
     retrieved: Mapping[str, list[Any]],
     top_k: int,
     seed: int,
-) -> tuple[float, dict[str, Any]]:
-    """`pseudo_shift` and its figures: real answerable questions against cloze pseudo-questions of the same corpus.
+) -> tuple[list[float], list[float]]:
+    """The sides of `pseudo_shift` on SQuAD: real answerable questions and cloze pseudo-questions of the same corpus.
 
-    Both sides are questions with their evidence retrieved (a chunk holding a gold answer, or the pseudo-question's
+    Both are questions with their evidence retrieved (a chunk holding a gold answer, or the pseudo-question's
     sentence); the pseudo-questions are made and first-passed as `fastcrag fit` makes them.
     """
     real = [
@@ -76,22 +99,7 @@ def measure_pseudo_shift(
         for q, o in zip(questions, obs, strict=True)
         if q.kind == "answerable" and any(holds_answer(d.page_content, q.answers) for d in retrieved[q.question])
     ]
-    made = sample_pseudo_questions(store, PSEUDO_QUESTIONS, seed)
-    items = [
-        i for i in pseudo_first_pass(HybridRetriever(store=store, k=top_k), made, top_k, True) if i.retrieved(top_k)
-    ]
-    pseudo = [
-        o.top_score
-        for o in observe_views(reranker, items, top_k, False, True, "pseudo-questions")
-        if o.kind == "answerable"
-    ]
-    shift = measure_shift(real, pseudo)
-    return shift, {
-        "answerable": len(real),
-        "pseudo_questions": len(pseudo),
-        "median_top_score_answerable": round(float(np.median(real)), 4),
-        "median_top_score_pseudo": round(float(np.median(pseudo)), 4),
-    }
+    return real, pseudo_grades(store, reranker, top_k, seed)
 
 
 def _carried(kept: Calibration) -> str:
@@ -144,8 +152,20 @@ def calibrate(
     views = squad_condition_views(retrieved, reranker, [*chosen, *naming])
     factors = condition_curve(views)
     factor, factor_objective = choose_condition_factor(factors, views, 1.0)
-    shift, shift_metrics = measure_pseudo_shift(store, reranker, chosen, obs, retrieved, top_k, seed)
-    documentation = docs_sample(manuals, wrong_manuals, reranker, per_manual, seed, refine_k) if manuals else None
+    real, pseudo = squad_shift_sides(store, reranker, chosen, obs, retrieved, top_k, seed)
+    shift_metrics = shift_figures(real, pseudo)
+
+    def pseudo_of(store: Any, k: int) -> list[float]:
+        return pseudo_grades(store, reranker, k, seed)
+
+    documentation = (
+        docs_sample(manuals, wrong_manuals, reranker, per_manual, seed, refine_k, pseudo_of) if manuals else None
+    )
+    if documentation:  # pseudo-questions overrate a manual's evidence more than SQuAD's: both sides pooled
+        docs_shift = shift_figures(documentation.real, documentation.pseudo)
+        real, pseudo = real + documentation.real, pseudo + documentation.pseudo
+        shift_metrics = {"squad": shift_metrics, "documentation": docs_shift}
+    shift = measure_shift(real, pseudo)
     squad_obs, obs = obs, [*obs, *(documentation.observations if documentation else [])]
     threshold, objective = choose_threshold(obs, target_precision)
     objective += " (SQuAD's questions and the documentation ones together)" if documentation else ""
@@ -213,7 +233,8 @@ def calibrate(
         objective=f"{objective}; crag_upper: lowest score above which refinement moves the best evidence to "
         f"another chunk for <= {tolerance:.0%} of {squad.name}'s questions; {factor_objective}; pseudo_shift: the "
         f"median logit of the answerable questions' top grade (evidence retrieved) minus that of {PSEUDO_QUESTIONS} "
-        f"cloze pseudo-questions made from the same corpus as `fastcrag fit` makes them{_carried(kept)}",
+        f"cloze pseudo-questions made from the same corpus as `fastcrag fit` makes them"
+        f"{' (SQuAD and each manual: both sides pooled)' if documentation else ''}{_carried(kept)}",
         created=dt.date.today().isoformat(),
         metrics={**metrics, **{k: v for k, v in kept.metrics.items() if k.startswith(("flare_", "answer_floor_"))}},
     )

@@ -17,7 +17,7 @@ been trained on (the grader's training script says which it read).
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,11 +27,13 @@ import numpy as np
 from fastcrag.components import Components
 from fastcrag.config.settings import Settings
 from fastcrag.datasets import LabelledQuestion, QuestionClass
+from fastcrag.evaluation.docs_answers import source_matches
 from fastcrag.fitting.calibrate import Observation, observe
 from fastcrag.grading.reranker import Reranker
 from fastcrag.graph.nodes.retrieve import search
 from fastcrag.measures import auc
 from fastcrag.retrieval.embeddings import default_embeddings
+from fastcrag.retrieval.hybrid import HybridRetriever
 from lab.experiments.reworded_pairs import CROSS_BELOW, HERE, written_questions
 
 
@@ -42,6 +44,8 @@ class DocsSample:
     observations: list[Observation]
     data: str
     metrics: dict[str, Any] = field(default_factory=dict)
+    real: list[float] = field(default_factory=list)  # answerable top grades with a right page among the candidates
+    pseudo: list[float] = field(default_factory=list)  # cloze pseudo-questions' top grades, made of each manual
 
 
 def parse_manual(spec: str) -> tuple[str, Path]:
@@ -54,9 +58,13 @@ def parse_manual(spec: str) -> tuple[str, Path]:
     return name, Path(index)
 
 
-def _retrieved(index: Path, questions: Sequence[str]) -> dict[str, list[Any]]:
-    """Each question's graded candidates from `index`, as the graph's first retrieval takes them."""
-    retriever = Components(Settings(index_dir=index)).retriever()
+def _retriever(index: Path) -> Any:
+    """The retriever the graph searches `index` with."""
+    return Components(Settings(index_dir=index)).retriever()
+
+
+def _retrieved(retriever: Any, questions: Sequence[str]) -> dict[str, list[Any]]:
+    """Each question's graded candidates, as the graph's first retrieval takes them."""
     out = {}
     for q in questions:
         docs, _, depth = search(retriever, q)
@@ -82,25 +90,40 @@ def docs_sample(
     per_manual: int,
     seed: int,
     refine_k: int,
+    pseudo_of: Callable[[Any, int], list[float]] | None = None,
 ) -> DocsSample:
     """`per_manual` answerable and up to `per_manual` off-corpus observations of each manual's written questions.
 
     The answerable ones are a random draw of the manual's questions; the off-corpus ones are drawn from the rest and
-    asked of the `wrong` indexes in turn (never the manual's own), kept below `CROSS_BELOW`.
+    asked of the `wrong` indexes in turn (never the manual's own), kept below `CROSS_BELOW`. With `pseudo_of` (a
+    store and its `top_k` -> the top grades of pseudo-questions made of it), also both sides of each manual's
+    `pseudo_shift`: its answerable questions' top grades where a right page is among the candidates, and those.
     """
     observations: list[Observation] = []
+    real: list[float] = []
+    pseudo: list[float] = []
     counts: dict[str, dict[str, int]] = {}
     for name, index in manuals:
         keys = sorted(written_questions(name).items())
         random.Random(seed).shuffle(keys)
         asked = [q for _, q in keys[:per_manual]]
-        observations += _observed(index, asked, "answerable", reranker, refine_k)
+        retriever = _retriever(index)
+        retrieved = _retrieved(retriever, asked)
+        answerable = _observed(index, asked, "answerable", reranker, refine_k, retrieved)
+        observations += answerable
+        real += [
+            o.top_score
+            for (key, q), o in zip(keys[:per_manual], answerable, strict=True)
+            if any(source_matches(str(d.metadata.get("source", "")), key.split("#", 1)[0]) for d in retrieved[q])
+        ]
+        if pseudo_of is not None and isinstance(retriever, HybridRetriever):
+            pseudo += pseudo_of(retriever.store, retriever.k)
         others = [w for w in wrong if w.resolve() != index.resolve()]
         rest = [q for _, q in keys[per_manual:]]
         kept, left_out = 0, 0
         for i, other in enumerate(others):
             share = rest[i :: len(others)][: 2 * per_manual // max(1, len(others))]
-            retrieved = _retrieved(other, share)
+            retrieved = _retrieved(_retriever(other), share)
             near = _nearest(share, retrieved)
             chosen = [q for q in share if near[q] < CROSS_BELOW][: per_manual // len(others)]
             left_out += sum(near[q] >= CROSS_BELOW for q in share)
@@ -117,7 +140,7 @@ def docs_sample(
         f"newcomers' written questions of {names}: answerable asked of their own manual's index, off-corpus of "
         f"another manual's ({', '.join(w.name for w in wrong)}; embedder cosine below {CROSS_BELOW}), seed {seed}"
     )
-    return DocsSample(observations, data, metrics)
+    return DocsSample(observations, data, metrics, real, pseudo)
 
 
 def _observed(
@@ -126,10 +149,10 @@ def _observed(
     kind: QuestionClass,
     reranker: Reranker,
     refine_k: int,
-    retrieved: dict[str, list[Any]] | None = None,
+    retrieved: dict[str, list[Any]],
 ) -> list[Observation]:
     labelled = [LabelledQuestion(q, kind, (), str(index), index.name) for q in questions]
-    return observe(retrieved or _retrieved(index, questions), reranker, labelled, refine_k)
+    return observe(retrieved, reranker, labelled, refine_k)
 
 
 def declined_shares(observations: Sequence[Observation], threshold: float) -> dict[str, float]:

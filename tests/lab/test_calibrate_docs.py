@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
 from langchain_core.documents import Document
@@ -33,19 +32,29 @@ class NearEmbedder:
         return [[0.0, 1.0] if t.startswith("How") or "near" in t else [1.0, 0.0] for t in texts]
 
 
+class Manual:
+    """A fake index's retriever: the own manual answers; the other says something else, near thing 11's question."""
+
+    k = 10
+
+    def __init__(self, index: Path) -> None:
+        self.index, self.store = index, f"store of {index}"
+
+    def candidates(self, question: str) -> list[Document]:
+        thing = question.rsplit(" ", 1)[-1].rstrip("?")
+        if self.index == OWN:  # thing 3's own page is not among its candidates
+            text, page = f"You do thing {thing} so.", f"page{thing if thing != '3' else 'x'}.html"
+        else:
+            text, page = ("near words." if thing == "11" else "Other words."), "other.html"
+        return [Document(page_content=text, metadata={"chunk_id": f"{self.index}-{thing}", "source": page})]
+
+
 @pytest.fixture
 def manual(monkeypatch: pytest.MonkeyPatch) -> None:
-    def retrieved(index: Path, questions: Sequence[str]) -> dict[str, list[Any]]:
-        out = {}
-        for q in questions:
-            thing = q.rsplit(" ", 1)[-1].rstrip("?")
-            # the own manual answers; the other manual says something else, near the question for thing 11
-            text = f"You do thing {thing} so." if index == OWN else ("near words." if thing == "11" else "Other words.")
-            out[q] = [Document(page_content=text, metadata={"chunk_id": f"{index}-{thing}"})]
-        return out
-
     monkeypatch.setattr(calibrate_docs, "written_questions", lambda name: QUESTIONS)
-    monkeypatch.setattr(calibrate_docs, "_retrieved", retrieved)
+    monkeypatch.setattr(calibrate_docs, "_retriever", Manual)
+    monkeypatch.setattr(calibrate_docs, "_retrieved", lambda r, qs: {q: r.candidates(q) for q in qs})
+    monkeypatch.setattr(calibrate_docs, "HybridRetriever", Manual)
     monkeypatch.setattr(calibrate_docs, "default_embeddings", NearEmbedder)
 
 
@@ -61,6 +70,20 @@ def test_written_questions_are_asked_of_their_own_manual_and_of_another(manual: 
     assert counts["answerable"] == 4 and counts["off_corpus"] == len(off) <= 4
     assert sample.metrics["auc_answerable_vs_off_corpus"] == 1.0
     assert "m (4 + " in sample.data
+    assert sample.pseudo == []  # no pseudo-questions asked for
+
+
+def test_both_sides_of_the_pseudo_question_gap_are_gathered(manual: None) -> None:
+    made: list[tuple[object, int]] = []
+
+    def pseudo_of(store: object, k: int) -> list[float]:
+        made.append((store, k))
+        return [0.95, 0.97]
+
+    sample = docs_sample([("m", OWN)], [OTHER], WordGrader(), per_manual=12, seed=1, refine_k=6, pseudo_of=pseudo_of)
+    assert made == [("store of own-index", 10)]  # the manual's own index, as deep as the graph grades
+    assert sample.pseudo == [0.95, 0.97]
+    assert sample.real == [0.9] * 11  # thing 3's right page was not among its candidates: its grade is left out
 
 
 def test_a_question_the_wrong_manual_may_answer_is_left_out(manual: None) -> None:
