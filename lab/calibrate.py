@@ -75,8 +75,8 @@ def shift_figures(real: Sequence[float], pseudo: Sequence[float]) -> dict[str, A
     return {
         "answerable": len(real),
         "pseudo_questions": len(pseudo),
-        "median_top_score_answerable": round(float(np.median(real)), 4),
-        "median_top_score_pseudo": round(float(np.median(pseudo)), 4),
+        "median_top_score_answerable": round(float(np.median(real)), 4) if real else None,
+        "median_top_score_pseudo": round(float(np.median(pseudo)), 4) if pseudo else None,
     }
 
 

@@ -87,8 +87,9 @@ def test_calibrate_writes_a_valid_file(tmp_path: Path) -> None:
     assert list(curve) == ["1", "0.75", "0.5", "0.25", "0"]
     assert curve[f"{cal.condition_factor:g}"] == max(curve.values())
     assert "condition changed" in cal.objective
-    shift = cal.metrics["pseudo_shift"]  # cloze questions of the same corpus grade their evidence higher
+    shift = cal.metrics["pseudo_shift"]["squad"]  # cloze questions of the same corpus grade their evidence higher
     assert cal.pseudo_shift is not None and shift["pseudo_questions"] > 0 and shift["answerable"] > 0
+    assert set(cal.metrics["pseudo_shift"]["documentation"]) == set(shift)  # the manual's sides, pooled with SQuAD's
     assert cal.pseudo_shift <= 0 and "pseudo_shift:" in cal.objective
     packaged = load_calibration()  # what calibrate does not draw is kept, with what its objective says of it
     assert (cal.rerank_weight, cal.flare_threshold) == (packaged.rerank_weight, packaged.flare_threshold)
