@@ -97,7 +97,8 @@ def docs_sample(
     The answerable ones are a random draw of the manual's questions; the off-corpus ones are drawn from the rest and
     asked of the `wrong` indexes in turn (never the manual's own), kept below `CROSS_BELOW`. With `pseudo_of` (a
     store and its `top_k` -> the top grades of pseudo-questions made of it), also both sides of each manual's
-    `pseudo_shift`: its answerable questions' top grades where a right page is among the candidates, and those.
+    `pseudo_shift`: its answerable questions' top grades where a right page is among the candidates, and its
+    pseudo-questions'.
     """
     observations: list[Observation] = []
     real: list[float] = []
@@ -121,8 +122,8 @@ def docs_sample(
         others = [w for w in wrong if w.resolve() != index.resolve()]
         rest = [q for _, q in keys[per_manual:]]
         kept, left_out = 0, 0
-        for i, other in enumerate(others):
-            share = rest[i :: len(others)][: 2 * per_manual // max(1, len(others))]
+        for i, other in enumerate(others):  # each wrong manual asks an equal share, drawn twice over for the bound
+            share = rest[i :: len(others)][: 2 * per_manual // len(others)]
             retrieved = _retrieved(_retriever(other), share)
             near = _nearest(share, retrieved)
             chosen = [q for q in share if near[q] < CROSS_BELOW][: per_manual // len(others)]
