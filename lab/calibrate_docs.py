@@ -34,7 +34,7 @@ from fastcrag.graph.nodes.retrieve import search
 from fastcrag.measures import auc
 from fastcrag.retrieval.embeddings import default_embeddings
 from fastcrag.retrieval.hybrid import HybridRetriever
-from lab.experiments.reworded_pairs import CROSS_BELOW, HERE, written_questions
+from lab.experiments.reworded_pairs import CROSS_BELOW, HERE, section_page, written_questions
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,7 @@ def docs_sample(
         real += [
             o.top_score
             for (key, q), o in zip(keys[:per_manual], answerable, strict=True)
-            if any(source_matches(str(d.metadata.get("source", "")), key.split("#", 1)[0]) for d in retrieved[q])
+            if any(source_matches(str(d.metadata.get("source", "")), section_page(key)) for d in retrieved[q])
         ]
         if pseudo_of is not None and isinstance(retriever, HybridRetriever):
             pseudo += pseudo_of(retriever.store, retriever.k)

@@ -33,7 +33,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    _check_paths(*(index for _, index in manuals), *map(Path, args.wrong_manual))
+    wrong = [Path(w) for w in args.wrong_manual]
+    _check_paths(*(index for _, index in manuals), *wrong)
     reranker = load_reranker(settings.reranker or default_reranker_spec())
     out = Path(args.out) if args.out else PACKAGED_CALIBRATION
     cal = calibrate(
@@ -48,7 +49,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         chunk_tokens=settings.chunk_tokens,
         chunk_overlap=settings.chunk_overlap,
         manuals=manuals,
-        wrong_manuals=[Path(w) for w in args.wrong_manual],
+        wrong_manuals=wrong,
         per_manual=args.docs_per_manual,
     )
     print(

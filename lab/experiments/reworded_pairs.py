@@ -69,6 +69,11 @@ def _topic_key(t: Topic) -> str:
     return f"{t.page}#{t.title}"
 
 
+def section_page(key: str) -> str:
+    """The page of a written question's section key (`_topic_key`'s `page#title`)."""
+    return key.split("#", 1)[0]
+
+
 def draw(out: Path, squad_round: int, corpus: Path) -> None:
     """The items to word: one SQuAD question per (article, answer sentence), one section per page mostly."""
     rng = random.Random(SEED)
@@ -211,7 +216,7 @@ def question_set(name: str, size: int, seed: int) -> list[dict[str, object]]:
         {
             "id": f"{name[:2]}-{n:03d}",
             "question": written[key],
-            "sources": [key.split("#", 1)[0]],
+            "sources": [section_page(key)],
             "sentence": "",
             "key_terms": [name],
             "kind": "explain",
