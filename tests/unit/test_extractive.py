@@ -191,7 +191,7 @@ def _store(*chunks: tuple[str, str]) -> object:
     return get_by_ids
 
 
-def test_documentation_is_answered_with_its_section_unless_one_fact_is_asked() -> None:
+def test_documentation_is_answered_with_its_section_unless_a_fact_is_read() -> None:
     class Reader(ScriptedReranker):
         def read(self, question: str, texts: list[str]) -> list[object]:
             from fastcrag.grading.reader import Span
@@ -207,6 +207,12 @@ def test_documentation_is_answered_with_its_section_unless_one_fact_is_asked() -
     assert gen.generate(question, prose).text.startswith("gadgets\n\n")
     assert gen.generate(question, docs).text == "The frob statement turns widgets into gadgets. It takes one widget."
     assert gen.generate("Where are gadgets made?", docs).text.startswith("gadgets\n\n")  # a fact: the span
+    # below the reader's floor a fact over documentation is answered by the grader's sentences; over running text
+    # no span to answer with declines (the graph abstains)
+    strict = ExtractiveGenerator(grader, reader_threshold=0.95)
+    assert strict.generate("Where are gadgets made?", docs).text == gen.generate(question, docs).text
+    with pytest.raises(ValueError, match="reader threshold"):
+        strict.generate("Where are gadgets made?", prose)
     # documentation wherever a titled section stands among the passages, not only first (an untitled chunk of a
     # page whose heading it does not hold may rank first)
     assert gen.generate(question, [*prose, *docs]).text == "The frob statement turns widgets into gadgets."

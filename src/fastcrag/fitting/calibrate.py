@@ -12,7 +12,7 @@ import numpy as np
 from tqdm import tqdm
 
 from fastcrag.datasets import LabelledQuestion
-from fastcrag.generation.extractive import answers_with_sentences
+from fastcrag.generation.extractive import reader_declines
 from fastcrag.grading.conditions import conditioned, named_conditions
 from fastcrag.grading.reader import is_reader
 from fastcrag.grading.reranker import Reranker, checked_scores
@@ -117,10 +117,10 @@ def read_score(reranker: Reranker, question: str, ranked: Sequence[str], read_k:
     """A reader's best answer-span score over the first `read_k` of `ranked` passages.
 
     It is what the extractive generator compares with `reader_threshold`; None where it compares nothing: the
-    grader does not read, or the generator answers with sentences, not a span (a question asking how, why or what
-    something is; over documentation, a titled chunk first, any question not asking for one fact).
+    grader does not read, or no span below it declines (`reader_declines`: a question asking how, why or what
+    something is; over documentation, a titled chunk first, any question).
     """
-    if not is_reader(reranker) or not ranked or answers_with_sentences(question, bool(split_title(ranked[0])[0])):
+    if not is_reader(reranker) or not ranked or not reader_declines(question, bool(split_title(ranked[0])[0])):
         return None
     spans = reranker.read(question, list(ranked[:read_k]))  # type: ignore[attr-defined]
     return max((sp.score for sp in spans if sp is not None), default=0.0)

@@ -97,6 +97,16 @@ def answers_with_sentences(question: str, documentation: bool) -> bool:
     return asks_for_explanation(question) or (documentation and not asks_for_fact(question))
 
 
+def reader_declines(question: str, documentation: bool) -> bool:
+    """Whether an answer is declined where no reader span reaches `reader_threshold` (else sentences answer).
+
+    Over running text, a question not asking for an explanation: its answer is the span. Over documentation a fact
+    the reader finds below its floor (drawn on SQuAD's factoid spans) is answered by the sentences the grader
+    chooses, as every other question there: the grade and `answer_floor` decline, not the span.
+    """
+    return not documentation and not asks_for_explanation(question)
+
+
 def is_reference_line(sentence: str) -> bool:
     """Whether a line points elsewhere instead of saying something.
 
@@ -135,8 +145,9 @@ class ExtractiveGenerator:
     """No LLM: the answer is read from the passages, verbatim, with its citations.
 
     A factoid question gets, with a grader that reads (a reader head), the best answer span and the sentence it
-    stands in (when no span reaches `reader_threshold` the generator raises, and the graph abstains); with a grader
-    that only scores, the best-scoring prose sentence.
+    stands in (when no span reaches `reader_threshold` the generator raises, and the graph abstains; over
+    documentation the sentences below answer instead: `reader_declines`); with a grader that only scores, the
+    best-scoring prose sentence.
 
     A question asking how, why or what something is (over documentation: every question not asking for one fact)
     gets the sentences the grader grades highest against it, in reading order, within `EXPLAIN_SENTENCES` and
@@ -186,10 +197,16 @@ class ExtractiveGenerator:
         """
         if not passages:
             raise ValueError("no passage text to extract from")
-        explain = answers_with_sentences(question, any(_documentation(p) for p in passages))
+        documentation = any(_documentation(p) for p in passages)
+        explain = answers_with_sentences(question, documentation)
         if is_reader(self.reranker) and not explain:
             floor = self.refine_reader_threshold if ambiguous else self.reader_threshold
-            return self._read(question, passages, floor if abstain else 0.0)  # raises below it
+            try:
+                return self._read(question, passages, floor if abstain else 0.0)
+            except ValueError:  # no span reaches the floor
+                if reader_declines(question, documentation):
+                    raise  # the graph abstains
+                explain = True  # over documentation a fact stands in sentences the grader chooses
         strips = self._sentences(question, passages)
         if not strips:
             raise ValueError("no passage text to extract from")
