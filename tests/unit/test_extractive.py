@@ -213,6 +213,9 @@ def test_documentation_is_answered_with_its_section_unless_a_fact_is_read() -> N
     assert strict.generate("Where are gadgets made?", docs).text == gen.generate(question, docs).text
     with pytest.raises(ValueError, match="reader threshold"):
         strict.generate("Where are gadgets made?", prose)
+    # a chunk of a markup page is documentation without a title line too (a page that opens before its first heading)
+    page = [{**prose[0], "source": "docs/frob.html#intro"}]
+    assert strict.generate("Where are gadgets made?", page).text == "The frob statement turns widgets into gadgets."
     # documentation wherever a titled section stands among the passages, not only first (an untitled chunk of a
     # page whose heading it does not hold may rank first)
     assert gen.generate(question, [*prose, *docs]).text == "The frob statement turns widgets into gadgets."

@@ -127,6 +127,8 @@ def test_the_reader_floor_is_not_asked_of_questions_answered_by_sentences() -> N
     assert read_score(reader, "Rollo swore fealty to what king?", [titled]) is None
     assert read_score(reader, "Rollo swore fealty to what king?", [PASSAGE]) == 0.3
     assert read_score(reader, "Who swore fealty?", [titled]) is None
+    assert read_score(reader, "Who swore fealty?", [PASSAGE], source="normandy.md") is None  # a markup page's chunk
+    assert read_score(reader, "Who swore fealty?", [PASSAGE], source="normandy.txt") == 0.3
 
 
 def test_answer_with_sentence_finds_the_sentence_of_the_span() -> None:

@@ -12,7 +12,7 @@ import numpy as np
 from tqdm import tqdm
 
 from fastcrag.datasets import LabelledQuestion
-from fastcrag.generation.extractive import reader_declines
+from fastcrag.generation.extractive import is_documentation, reader_declines
 from fastcrag.grading.conditions import conditioned, named_conditions
 from fastcrag.grading.reader import is_reader
 from fastcrag.grading.reranker import Reranker, checked_scores
@@ -20,7 +20,7 @@ from fastcrag.measures import auc
 from fastcrag.retrieval.embeddings import default_embeddings
 from fastcrag.retrieval.indexing import chunk_document
 from fastcrag.retrieval.store import FaissStore
-from fastcrag.retrieval.text import split_sentences, split_title
+from fastcrag.retrieval.text import split_sentences
 
 
 @dataclass(frozen=True)
@@ -113,14 +113,16 @@ def abstention_rates(
     return precision, recall
 
 
-def read_score(reranker: Reranker, question: str, ranked: Sequence[str], read_k: int = 3) -> float | None:
-    """A reader's best answer-span score over the first `read_k` of `ranked` passages.
+def read_score(
+    reranker: Reranker, question: str, ranked: Sequence[str], read_k: int = 3, source: str = ""
+) -> float | None:
+    """A reader's best answer-span score over the first `read_k` of `ranked` passages (the first from `source`).
 
     It is what the extractive generator compares with `reader_threshold`; None where it compares nothing: the
     grader does not read, or no span below it declines (`reader_declines`: a question asking how, why or what
-    something is; over documentation, a titled chunk first, any question).
+    something is; over documentation, the first passage a documentation section, any question).
     """
-    if not is_reader(reranker) or not ranked or not reader_declines(question, bool(split_title(ranked[0])[0])):
+    if not is_reader(reranker) or not ranked or not reader_declines(question, is_documentation(ranked[0], source)):
         return None
     spans = reranker.read(question, list(ranked[:read_k]))  # type: ignore[attr-defined]
     return max((sp.score for sp in spans if sp is not None), default=0.0)
@@ -167,7 +169,8 @@ def observe(
             reranker, q.question, [(d.metadata["chunk_id"], d.page_content) for _, d in ranked[:refine_k]]
         )
         top_chunk = ranked[0][1].metadata["chunk_id"] if ranked else ""
-        span_score = read_score(reranker, q.question, [d.page_content for _, d in ranked], read_k)
+        source = str(ranked[0][1].metadata.get("source", "")) if ranked else ""
+        span_score = read_score(reranker, q.question, [d.page_content for _, d in ranked], read_k, source)
         out.append(
             Observation(q.kind, ranked[0][0] if ranked else 0.0, top_chunk, strip_chunk or top_chunk, span_score)
         )

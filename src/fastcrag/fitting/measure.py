@@ -89,7 +89,7 @@ def observe(
                 if strips
                 else None
             )
-            span_score = read_score(grader, q.question, [c.text for _, c in ranked])
+            span_score = read_score(grader, q.question, [c.text for _, c in ranked], source=ranked[0][1].source)
             top = ranked[0][1]
             out.append(
                 Observation(

@@ -14,6 +14,7 @@ from fastcrag.generation.generators import Answer
 from fastcrag.grading.reader import Span, is_reader
 from fastcrag.grading.reranker import Reranker, checked_scores
 from fastcrag.retrieval.lexical import terms
+from fastcrag.retrieval.loaders import markup_source
 from fastcrag.retrieval.sections import (
     SECTION_REACH,
     FetchChunks,
@@ -91,8 +92,9 @@ def asks_for_fact(question: str) -> bool:
 def answers_with_sentences(question: str, documentation: bool) -> bool:
     """Whether the extractive generator answers with sentences, not a reader's span (no `reader_threshold` then).
 
-    A question asking how, why or what something is; over documentation (`documentation`: the best passage is a
-    titled chunk, or a strip of one), every question not asking for one fact.
+    A question asking how, why or what something is; over documentation (`documentation`: a passage is a section of
+    a markup document or a titled chunk, or a strip of one: `is_documentation`), every question not asking for one
+    fact.
     """
     return asks_for_explanation(question) or (documentation and not asks_for_fact(question))
 
@@ -592,9 +594,17 @@ def _anchor(
     return next(iter(chunks.values()), {0})
 
 
+def is_documentation(text: str, source: str = "") -> bool:
+    """Whether a chunk is a documentation section: from a markup document (HTML, Markdown, reST), or titled."""
+    return markup_source(source) or bool(split_title(text)[0])
+
+
 def _documentation(passage: Mapping[str, Any]) -> bool:
-    """Whether a passage comes from a documentation section: a titled chunk, or a strip of one."""
-    return bool(passage.get("section") if passage.get("strip") else split_title(str(passage.get("text") or ""))[0])
+    """Whether a passage comes from a documentation section (`is_documentation`), or is a strip of one."""
+    source = str(passage.get("source") or "")
+    if passage.get("strip"):
+        return markup_source(source) or bool(passage.get("section"))
+    return is_documentation(str(passage.get("text") or ""), source)
 
 
 def _reading_order(passages: Sequence[Mapping[str, Any]], start: int) -> list[int]:

@@ -22,6 +22,8 @@ log = logging.getLogger(__name__)
 
 TEXT_SUFFIXES = {".txt", ".md", ".markdown", ".rst"}
 HTML_SUFFIXES = {".html", ".htm"}
+MARKUP_SUFFIXES = HTML_SUFFIXES | {".md", ".markdown", ".rst"}
+"""Documents written with headings: their chunks are documentation sections, titled or not."""
 CORPUS_SUFFIXES = {".jsonl", ".jsonl.gz", ".parquet"}
 SUFFIXES = TEXT_SUFFIXES | HTML_SUFFIXES | CORPUS_SUFFIXES | {".pdf"}
 #: Rows of a Parquet corpus read at a time.
@@ -40,6 +42,11 @@ class SourceDocument:
 def _suffix(path: Path) -> str:
     name = path.name.lower()
     return ".jsonl.gz" if name.endswith(".jsonl.gz") else path.suffix.lower()
+
+
+def markup_source(source: str) -> bool:
+    """Whether a chunk's source (a path, perhaps with a `#` fragment) is a markup document: HTML, Markdown, reST."""
+    return Path(source.partition("#")[0]).suffix.lower() in MARKUP_SUFFIXES
 
 
 def _read_text(path: Path) -> str:
