@@ -62,7 +62,7 @@ def main() -> int:
             total["best differs"] += int(np.argmax(a) != np.argmax(b))
             lo, hi = cal.reranker_threshold, cal.crag_upper
             total["band differs"] += int(band_of(float(a.max()), lo, hi) != band_of(float(b.max()), lo, hi))
-        print(f"{Path(path).stem}: {total}", flush=True)
+        print(f"{Path(path).stem}, running totals: {total}", flush=True)
     print(
         f"all: {total}; largest difference per question: median {median(diffs):.4f}, max {max(diffs):.4f}; one at a "
         f"time minus batched, mean {np.mean(signed):+.4f}, median {median(signed):+.4f}; "
