@@ -5,7 +5,8 @@ one scale per tensor, drawn from the whole batch (padding included), so the same
 differently in another batch. For each question of a set, its graph candidates (the first pass's top 10) are graded
 as the graph grades them (one call, batched by length) and one at a time (batch of one, the cache cleared before
 each); printed: the largest difference per question, how often the best candidate or the band (packaged thresholds)
-differs, and the median time per question of each way (same process, alternated).
+differs, and the median time per question of each way (same process, alternated), for the candidates and for the
+sentence strips of the first six (as `refine` grades them, under their section's title).
 
     python lab/experiments/grade_batch_dependence.py --set SET:INDEX [--set ...]
 
@@ -18,6 +19,7 @@ import argparse
 import time
 from pathlib import Path
 from statistics import median
+from typing import Any
 
 import numpy as np
 
@@ -25,8 +27,21 @@ from fastcrag.components import Components
 from fastcrag.config.settings import Settings
 from fastcrag.evaluation.docs_answers import load_questions
 from fastcrag.grading.bands import band_of
+from fastcrag.retrieval.text import sectioned, titled
 
 DEPTH = 10
+STRIPPED = 6
+SIZES = {"batched": 32, "one at a time": 1}
+"""Pairs per call: the grader's batch before it graded each pair alone, and one."""
+
+
+def timed(grader: Any, size: int, question: str, texts: list[str], times: list[float]) -> np.ndarray:
+    """Grades of `texts`, `size` pairs per call, nothing cached; the time taken appended to `times`."""
+    grader.batch_size, start = size, time.perf_counter()
+    grader.clear_cache()
+    grades = np.array(grader.score(question, texts))
+    times.append(time.perf_counter() - start)
+    return grades
 
 
 def main() -> int:
@@ -37,25 +52,20 @@ def main() -> int:
     total = {"questions": 0, "best differs": 0, "band differs": 0}
     diffs: list[float] = []
     signed: list[float] = []  # one at a time minus batched, every candidate
-    times: dict[str, list[float]] = {"batched": [], "one at a time": []}
+    times: dict[str, list[float]] = {f"{way}{what}": [] for what in ("", ", strips") for way in SIZES}
     for spec in args.set:
         path, index = spec.rsplit(":", 1)
         parts = Components(Settings(index_dir=Path(index)) if index != "-" else Settings())
         retriever, grader, cal = parts.retriever(), parts.reranker(), parts.calibration()
         assert hasattr(grader, "clear_cache") and hasattr(grader, "batch_size"), "an ONNX grader"
-        batched = grader.batch_size
         for q in load_questions(Path(path)):
             texts = [d.page_content for d in retriever.search(q.question, k=DEPTH)[0]]
             if not texts:
                 continue
-            grades = {}
-            for way, size in (("batched", batched), ("one at a time", 1)):
-                grader.batch_size, start = size, time.perf_counter()
-                grader.clear_cache()
-                grades[way] = np.array(grader.score(q.question, texts))
-                times[way].append(time.perf_counter() - start)
-            grader.batch_size = batched
-            a, b = grades["batched"], grades["one at a time"]
+            strips = [titled(section, s) for t in texts[:STRIPPED] for section, s in sectioned(t)]
+            a, b = (timed(grader, size, q.question, texts, times[way]) for way, size in SIZES.items())
+            for way, size in SIZES.items():
+                timed(grader, size, q.question, strips, times[f"{way}, strips"])
             diffs.append(float(np.abs(a - b).max()))
             signed += (b - a).tolist()
             total["questions"] += 1
