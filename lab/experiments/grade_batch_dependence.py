@@ -58,6 +58,7 @@ def main() -> int:
         parts = Components(Settings(index_dir=Path(index)) if index != "-" else Settings())
         retriever, grader, cal = parts.retriever(), parts.reranker(), parts.calibration()
         assert hasattr(grader, "clear_cache") and hasattr(grader, "batch_size"), "an ONNX grader"
+        lo, hi = cal.reranker_threshold, cal.crag_upper
         for q in load_questions(Path(path)):
             texts = [d.page_content for d in retriever.search(q.question, k=DEPTH)[0]]
             if not texts:
@@ -70,7 +71,6 @@ def main() -> int:
             signed += (b - a).tolist()
             total["questions"] += 1
             total["best differs"] += int(np.argmax(a) != np.argmax(b))
-            lo, hi = cal.reranker_threshold, cal.crag_upper
             total["band differs"] += int(band_of(float(a.max()), lo, hi) != band_of(float(b.max()), lo, hi))
         print(f"{Path(path).stem}, running totals: {total}", flush=True)
     print(
