@@ -1,0 +1,63 @@
+"""How steady is `crag_upper` as drawn? The rule's sampling spread, measured by the bootstrap (lab/RESULTS.md).
+
+`python -m lab calibrate` draws `crag_upper` on SQuAD's 600 observations (`fastcrag.fitting.calibrate.choose_upper`:
+the lowest top grade above which the best sentence strip lies in another chunk than the best chunk for at most 10% of
+the questions). Every grader since v5 moved it (1.0, 0.870, 0.922, 0.916; 0.883 with each pair graded alone, 0.910
+with fixed activation scales), and with it the share of questions that go through `refine`. This script observes the
+same 600 questions as `lab calibrate` (same sample, corpus, retrieval and `observe`) with each grader, then redraws
+`crag_upper` on bootstrap resamples of the questions, with `reranker_threshold` as given (the grader's calibration).
+
+    python -m lab.experiments.upper_stability --grader DIR:CALIBRATION [--grader ...] [--resamples 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from fastcrag.config.calibration import load_calibration
+from fastcrag.datasets import question_pools, sample
+from fastcrag.fitting.calibrate import build_corpus_store, choose_upper, observe
+from fastcrag.grading.onnx_grader import OnnxCrossEncoderReranker
+from lab.data import SHARED_DATA
+
+PER_CLASS, SEED, TOP_K, REFINE_K, TOLERANCE = 200, 13, 20, 6, 0.1
+"""`lab calibrate`'s defaults."""
+
+
+def main() -> int:
+    """Print, per grader, crag_upper on the sample and its bootstrap spread, and the tail's changed share."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--grader", action="append", required=True, help="DIR:CALIBRATION")
+    ap.add_argument("--resamples", type=int, default=1000)
+    args = ap.parse_args()
+    docs, pool = question_pools(SHARED_DATA / "squad2-dev", SHARED_DATA / "train" / "squad11-train")
+    chosen = [q for i, (kind, qs) in enumerate(pool.items()) for q in sample(qs, PER_CLASS, SEED + i)]
+    store = build_corpus_store(docs, 128, 24)
+    retrieved = {q.question: store.similarity_search(q.question, k=TOP_K) for q in chosen}
+    rng = np.random.default_rng(SEED)
+    draws = [rng.integers(0, len(chosen), len(chosen)) for _ in range(args.resamples)]
+    for spec in args.grader:
+        folder, cal_file = spec.rsplit(":", 1)
+        threshold = load_calibration(Path(cal_file)).reranker_threshold
+        obs = observe(retrieved, OnnxCrossEncoderReranker(folder), chosen, REFINE_K)
+        support = max(10, len(obs) // 20)
+        drawn = choose_upper(obs, threshold, TOLERANCE, support)
+        boot = np.array([choose_upper([obs[i] for i in d], threshold, TOLERANCE, support) for d in draws])
+        above = sorted((o for o in obs if o.top_score >= threshold), key=lambda o: o.top_score)
+        changed = np.array([o.strip_chunk != o.top_chunk for o in above], dtype=float)
+        tail = {f"{q:.2f}": round(float(changed[int(q * len(above)) :].mean()), 3) for q in (0.0, 0.25, 0.5, 0.75, 0.9)}
+        print(
+            f"{folder}: reranker_threshold {threshold:.4f}; crag_upper {drawn:.4f}; bootstrap median "
+            f"{np.median(boot):.4f}, 5-95% {np.percentile(boot, 5):.4f}-{np.percentile(boot, 95):.4f}, at 1.0 "
+            f"{np.mean(boot >= 1.0):.1%}; {len(above)} questions at or above the threshold, the changed share of "
+            f"those above each quantile of their grades {tail}",
+            flush=True,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
