@@ -7,15 +7,15 @@ a fixed scale and zero point drawn from the activations of real calls (the graph
 strips for written questions of training manuals, graded as the grader grades them, in length-sorted batches). The
 int8 weights are kept byte for byte; only where an activation's scale comes from changes.
 
-    python -m lab.scripts.static_grader build --grader DIR --docs NAME=INDEX --out DIR [--rule p50] [--questions N]
+    python -m lab.scripts.static_grader build --grader DIR --docs NAME=INDEX --out DIR [--rule p90] [--questions N]
     python -m lab.scripts.static_grader compare --grader DIR --grader DIR ... --docs NAME=INDEX [--questions N]
 
 `build` draws the ranges from the first N written questions of each manual (`lab/questions/reworded/docs-NAME.jsonl`)
 and writes a grader folder (model, tokenizer, metadata). The rule picks each tensor's range from the per-call
 extremes: `max` the widest seen, `pNN` that percentile of the per-call minima and maxima (values outside saturate).
 `compare` grades the candidates and strips of the *last* N questions of each manual (not those ranges were drawn
-from) with each grader, batched and one pair at a time, against the unquantised network (the same int8 weights,
-dequantised, with float activations) and prints how far each lies from it: mean and largest difference, how often
+from) with each grader, batched and one pair at a time, against the first grader's network with float activations (its
+int8 weights dequantised) and prints how far each lies from it: mean and largest difference, how often
 the best candidate and the band (the packaged thresholds) differ.
 """
 
@@ -65,6 +65,15 @@ def _prune(model: onnx.ModelProto) -> None:
     g.initializer.extend(inits)
 
 
+def _links(g: onnx.GraphProto) -> tuple[dict[str, onnx.NodeProto], dict[str, list[onnx.NodeProto]]]:
+    """Each value's producing node, and the nodes that read it."""
+    readers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
+    for n in g.node:
+        for i in n.input:
+            readers[i].append(n)
+    return {o: n for n in g.node for o in n.output}, readers
+
+
 def float_reference(model: onnx.ModelProto) -> onnx.ModelProto:
     """The same network with float activations: each MatMulInteger on its int8 weights dequantised.
 
@@ -75,11 +84,7 @@ def float_reference(model: onnx.ModelProto) -> onnx.ModelProto:
     m.CopyFrom(model)
     g = m.graph
     inits = {i.name: numpy_helper.to_array(i) for i in g.initializer}
-    producer = {o: n for n in g.node for o in n.output}
-    readers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
-    for n in g.node:
-        for i in n.input:
-            readers[i].append(n)
+    producer, readers = _links(g)
     replace: dict[str, onnx.NodeProto] = {}  # the final Mul's name -> its MatMul
     for n in g.node:
         if n.op_type != "MatMulInteger":
@@ -124,11 +129,7 @@ def static(model: onnx.ModelProto, ranges: dict[str, tuple[float, float]]) -> on
     m.CopyFrom(model)
     g = m.graph
     inits = {i.name for i in g.initializer}
-    producer = {o: n for n in g.node for o in n.output}
-    readers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
-    for n in g.node:
-        for i in n.input:
-            readers[i].append(n)
+    producer, readers = _links(g)
     replace: dict[str, onnx.NodeProto | None] = {}  # None: dropped
     for n in g.node:
         if n.op_type == "DynamicQuantizeLinear":
@@ -241,6 +242,8 @@ def build(args: argparse.Namespace) -> int:
     if args.rule == "float":
         print(grader_folder(src, float_reference(model), Path(args.out), "float", {"activations": "float"}))
         return 0
+    if not args.docs:
+        raise SystemExit("build: --docs NAME=INDEX is needed to draw the activation ranges")
     calls = [(q, texts) for q, t, s in _calls(args.docs, args.questions, last=False) for texts in (t, s)]
     ranges, seen = activation_ranges(src, model, calls, args.rule)
     note = {"activation_ranges": {"rule": args.rule, "calls": seen}}
@@ -254,6 +257,8 @@ def compare(args: argparse.Namespace) -> int:
     first = Path(args.grader[0])
     cal = Components(Settings()).calibration()
     lo, hi = cal.reranker_threshold, cal.crag_upper
+    if not args.docs:
+        raise SystemExit("compare: --docs NAME=INDEX is needed")
     calls = _calls(args.docs, args.questions, last=True)
     with tempfile.TemporaryDirectory() as tmp:
         ref_dir = grader_folder(
@@ -284,14 +289,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(required=True)
     b = sub.add_parser("build")
-    b.add_argument("--rule", default="p50", help="max; pNN: that percentile of the per-call extremes; float: none")
+    b.add_argument("--rule", default="p90", help="max; pNN: that percentile of the per-call extremes; float: none")
     b.add_argument("--out", required=True)
     b.set_defaults(func=build)
     c = sub.add_parser("compare")
     c.set_defaults(func=compare)
     for p in (b, c):
         p.add_argument("--grader", action="append", required=True)
-        p.add_argument("--docs", action="append", required=True, help="NAME=INDEX: docs-NAME.jsonl asked of INDEX")
+        p.add_argument("--docs", action="append", default=[], help="NAME=INDEX: docs-NAME.jsonl asked of INDEX")
         p.add_argument("--questions", type=int, default=60)
     args = ap.parse_args()
     return int(args.func(args))
