@@ -7,7 +7,11 @@ with fixed activation scales), and with it the share of questions that go throug
 same 600 questions as `lab calibrate` (same sample, corpus, retrieval and `observe`) with each grader, then redraws
 `crag_upper` on bootstrap resamples of the questions, with `reranker_threshold` as given (the grader's calibration).
 
-    python -m lab.experiments.upper_stability --grader DIR:CALIBRATION [--grader ...] [--resamples 1000]
+    python -m lab.experiments.upper_stability --grader DIR:CALIBRATION [--grader ...] [--resamples 1000] [--halves 100]
+
+With `--halves N`, the questions are also split at random into two halves N times, and the rule drawn on each half
+alone, as drawn now and as the median of the rule over 100 bootstrap resamples of that half (a bagged rule): the
+median difference between the halves says how far a sample of 300 questions moves each.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import numpy as np
 
 from fastcrag.config.calibration import load_calibration
 from fastcrag.datasets import question_pools, sample
-from fastcrag.fitting.calibrate import build_corpus_store, choose_upper, observe
+from fastcrag.fitting.calibrate import Observation, build_corpus_store, choose_upper, observe
 from fastcrag.grading.onnx_grader import OnnxCrossEncoderReranker
 from lab.data import SHARED_DATA
 
@@ -32,6 +36,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--grader", action="append", required=True, help="DIR:CALIBRATION")
     ap.add_argument("--resamples", type=int, default=1000)
+    ap.add_argument("--halves", type=int, default=0)
     args = ap.parse_args()
     docs, pool = question_pools(SHARED_DATA / "squad2-dev", SHARED_DATA / "train" / "squad11-train")
     chosen = [q for i, (kind, qs) in enumerate(pool.items()) for q in sample(qs, PER_CLASS, SEED + i)]
@@ -56,7 +61,32 @@ def main() -> int:
             f"those above each quantile of their grades {tail}",
             flush=True,
         )
+        if args.halves:
+            print(f"  split halves ({args.halves}): {halves(obs, threshold, args.halves, rng)}", flush=True)
     return 0
+
+
+def bagged(obs: list[Observation], threshold: float, rng: np.random.Generator, rounds: int = 100) -> float:
+    """The median of the rule over `rounds` bootstrap resamples of `obs`."""
+    support = max(10, len(obs) // 20)
+    draws = [rng.integers(0, len(obs), len(obs)) for _ in range(rounds)]
+    return float(np.median([choose_upper([obs[i] for i in d], threshold, TOLERANCE, support) for d in draws]))
+
+
+def halves(obs: list[Observation], threshold: float, splits: int, rng: np.random.Generator) -> str:
+    """Median and 90th percentile of |half A - half B| for the rule as drawn and bagged, over random splits."""
+    gaps: dict[str, list[float]] = {"as drawn": [], "bagged": []}
+    for _ in range(splits):
+        order = rng.permutation(len(obs))
+        a, b = ([obs[i] for i in part] for part in np.array_split(order, 2))
+        support = max(10, len(a) // 20)
+        gaps["as drawn"].append(
+            abs(choose_upper(a, threshold, TOLERANCE, support) - choose_upper(b, threshold, TOLERANCE, support))
+        )
+        gaps["bagged"].append(abs(bagged(a, threshold, rng) - bagged(b, threshold, rng)))
+    return "; ".join(
+        f"{rule}: median {np.median(g):.4f}, 90th percentile {np.percentile(g, 90):.4f}" for rule, g in gaps.items()
+    )
 
 
 if __name__ == "__main__":
