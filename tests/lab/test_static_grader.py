@@ -40,9 +40,9 @@ def test_fixed_scales_grade_a_pair_alike_beside_any_pairs_and_near_the_dynamic_g
     assert not any(n.op_type == "DynamicQuantizeLinear" for n in fixed.graph.node)
     folder = grader_folder(src, fixed, tmp_path / "static", "static", {})
 
-    alone = np.array([grades(folder, [p])[0] for p in PASSAGES])
-    assert grades(folder, PASSAGES).tolist() == alone.tolist()
-    assert grades(folder, PASSAGES[::-1]).tolist() == alone[::-1].tolist()
+    alone = np.array([grades(folder, [p])[0] for p in PASSAGES])  # the dynamic export moves these by up to 0.005
+    np.testing.assert_allclose(grades(folder, PASSAGES), alone, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(grades(folder, PASSAGES[::-1]), alone[::-1], rtol=0, atol=1e-6)
     dynamic = grades(src, PASSAGES)
     assert np.abs(alone - dynamic).max() < 0.1 and np.argmax(alone) == np.argmax(dynamic) == 0
 
