@@ -8,6 +8,7 @@ same 600 questions as `lab calibrate` (same sample, corpus, retrieval and `obser
 `crag_upper` on bootstrap resamples of the questions, with `reranker_threshold` as given (the grader's calibration).
 
     python -m lab.experiments.upper_stability --grader DIR:CALIBRATION [--grader ...] [--resamples 1000] [--halves 100]
+        [--per-class 200]
 
 With `--halves N`, the questions are also split at random into two halves N times, and the rule drawn on each half
 alone, as drawn now and as the median of the rule over 100 bootstrap resamples of that half (a bagged rule): the
@@ -37,9 +38,10 @@ def main() -> int:
     ap.add_argument("--grader", action="append", required=True, help="DIR:CALIBRATION")
     ap.add_argument("--resamples", type=int, default=1000)
     ap.add_argument("--halves", type=int, default=0)
+    ap.add_argument("--per-class", type=int, default=PER_CLASS, help="questions per class (`lab calibrate`: 200)")
     args = ap.parse_args()
     docs, pool = question_pools(SHARED_DATA / "squad2-dev", SHARED_DATA / "train" / "squad11-train")
-    chosen = [q for i, (kind, qs) in enumerate(pool.items()) for q in sample(qs, PER_CLASS, SEED + i)]
+    chosen = [q for i, (kind, qs) in enumerate(pool.items()) for q in sample(qs, args.per_class, SEED + i)]
     store = build_corpus_store(docs, 128, 24)
     retrieved = {q.question: store.similarity_search(q.question, k=TOP_K) for q in chosen}
     rng = np.random.default_rng(SEED)
