@@ -8,7 +8,7 @@ same 600 questions as `lab calibrate` (same sample, corpus, retrieval and `obser
 `crag_upper` on bootstrap resamples of the questions, with `reranker_threshold` as given (the grader's calibration).
 
     python -m lab.experiments.upper_stability --grader DIR:CALIBRATION [--grader ...] [--resamples 1000] [--halves 100]
-        [--per-class 200]
+        [--per-class 200] [--tolerances 0.05 0.15 ...]
 
 With `--halves N`, the questions are also split at random into two halves N times, and the rule drawn on each half
 alone, as drawn now and as the median of the rule over 100 bootstrap resamples of that half (a bagged rule): the
@@ -39,6 +39,7 @@ def main() -> int:
     ap.add_argument("--resamples", type=int, default=1000)
     ap.add_argument("--halves", type=int, default=0)
     ap.add_argument("--per-class", type=int, default=PER_CLASS, help="questions per class (`lab calibrate`: 200)")
+    ap.add_argument("--tolerances", type=float, nargs="*", default=[], help="also the rule's spread at these")
     args = ap.parse_args()
     docs, pool = question_pools(SHARED_DATA / "squad2-dev", SHARED_DATA / "train" / "squad11-train")
     chosen = [q for i, (kind, qs) in enumerate(pool.items()) for q in sample(qs, args.per_class, SEED + i)]
@@ -63,6 +64,13 @@ def main() -> int:
             f"those above each quantile of their grades {tail}",
             flush=True,
         )
+        for tolerance in args.tolerances:
+            at = np.array([choose_upper([obs[i] for i in d], threshold, tolerance, support) for d in draws])
+            print(
+                f"  tolerance {tolerance:g}: crag_upper {choose_upper(obs, threshold, tolerance, support):.4f}, "
+                f"bootstrap 5-95% {np.percentile(at, 5):.4f}-{np.percentile(at, 95):.4f}",
+                flush=True,
+            )
         if args.halves:
             print(f"  split halves ({args.halves}): {halves(obs, threshold, args.halves, rng)}", flush=True)
     return 0
