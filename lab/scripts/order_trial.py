@@ -4,7 +4,7 @@ Each order ranks the graded candidates from their grades and first-pass ranks: r
 `rerank_weight` (the packaged rule, `fused_order`), or a rank prior (the grade's logit minus `a` times the log of
 the first-pass rank: a large grade margin overrides the first pass, a small one does not).
 
-    python -m lab.scripts.order_trial docs --questions tests/data/docs_devset_python.jsonl [--index IDX]
+    python -m lab.scripts.order_trial docs --questions SET.jsonl [--index IDX] [--reranker DIR]
     python -m lab.scripts.order_trial retrieval --run OUT/results.jsonl   # a `fastcrag eval retrieval` run
 
 `docs`: how many questions have a right page first among the graph's candidates (the first pass's `top_k`).
@@ -45,14 +45,18 @@ ORDERS: dict[str, Callable[[Sequence[float]], list[int]]] = {
 }
 
 
-def docs(questions: Path, index: Path | None) -> dict[str, int]:
-    """Right page first under each order, over the graph's candidates for each question of a docs set."""
+def docs(questions: Path, index: Path | None, reranker: str | None = None) -> dict[str, int]:
+    """Right page first under each order, over the graph's candidates for each question of a docs set.
+
+    `reranker`: a grader folder to grade with (default: the packaged grader).
+    """
     from fastcrag.components import Components
     from fastcrag.config.settings import Settings
     from fastcrag.evaluation.docs_answers import load_questions, source_matches
     from fastcrag.retrieval.hybrid import HybridRetriever
 
-    parts = Components(Settings(index_dir=index) if index else Settings())
+    given = {"index_dir": index} if index else {}
+    parts = Components(Settings(**given, **({"reranker": reranker} if reranker else {})))
     retriever, grader = parts.retriever(), parts.reranker()
     assert isinstance(retriever, HybridRetriever)
     counts = {"questions": 0, **dict.fromkeys(ORDERS, 0)}
@@ -99,10 +103,11 @@ def main(argv: list[str] | None = None) -> int:
     d = sub.add_parser("docs", help="right page first on a `fastcrag eval docs` question set")
     d.add_argument("--questions", type=Path, required=True)
     d.add_argument("--index", type=Path, help="index folder (default: the embedded Python reference)")
+    d.add_argument("--reranker", help="grader folder to grade with (default: the packaged grader)")
     r = sub.add_parser("retrieval", help="nDCG@10 of a recorded `fastcrag eval retrieval` run")
     r.add_argument("--run", type=Path, required=True, help="the run's results.jsonl")
     args = ap.parse_args(argv)
-    print(json.dumps(docs(args.questions, args.index) if args.what == "docs" else retrieval(args.run)))
+    print(json.dumps(docs(args.questions, args.index, args.reranker) if args.what == "docs" else retrieval(args.run)))
     return 0
 
 
