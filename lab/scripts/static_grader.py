@@ -28,7 +28,7 @@ import tempfile
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import onnx
@@ -49,9 +49,50 @@ def _quantisers(model: onnx.ModelProto) -> list[onnx.NodeProto]:
     return [n for n in model.graph.node if n.op_type == "DynamicQuantizeLinear"]
 
 
-def _prune(model: onnx.ModelProto) -> None:
-    """Drop nodes and initializers nothing reads (the graph's outputs aside)."""
-    g = model.graph
+class _Int8MatMul(NamedTuple):
+    """One `DynamicQuantizeLinear(x) -> MatMulInteger(x_q, W_q, x_zp, W_zp) -> Cast -> Mul(by x_scale * W_scale)`."""
+
+    quantiser: onnx.NodeProto
+    matmul: onnx.NodeProto
+    mul: onnx.NodeProto
+    w_scale: str  # the initializer holding W_scale
+    after: list[onnx.NodeProto]  # the nodes that read the Mul's output
+
+
+def _int8_matmuls(g: onnx.GraphProto) -> list[_Int8MatMul]:
+    """Every int8 MatMul of the exporter's dynamic pattern, in graph order."""
+    inits = {i.name for i in g.initializer}
+    producer = {o: n for n in g.node for o in n.output}
+    readers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
+    for n in g.node:
+        for i in n.input:
+            readers[i].append(n)
+    found = []
+    for n in g.node:
+        if n.op_type != "MatMulInteger":
+            continue
+        quant = producer[n.input[0]]
+        assert quant.op_type == "DynamicQuantizeLinear", quant.op_type
+        (cast,) = readers[n.output[0]]
+        (mul,) = readers[cast.output[0]]
+        scales = producer[next(i for i in mul.input if i != cast.output[0])]
+        w_scale = next(i for i in scales.input if i in inits)
+        found.append(_Int8MatMul(quant, n, mul, w_scale, readers[mul.output[0]]))
+    return found
+
+
+def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    return m
+
+
+def _rewritten(m: onnx.ModelProto, replace: dict[str, onnx.NodeProto | None]) -> onnx.ModelProto:
+    """`m` with the nodes named in `replace` swapped in place (None: dropped), and what nothing reads pruned."""
+    g = m.graph
+    nodes = [replace.get(n.name, n) for n in g.node]
+    del g.node[:]
+    g.node.extend(n for n in nodes if n is not None)
     needed = {o.name for o in g.output}
     keep: list[onnx.NodeProto] = []
     for node in reversed(list(g.node)):
@@ -63,53 +104,27 @@ def _prune(model: onnx.ModelProto) -> None:
     inits = [i for i in g.initializer if i.name in needed]
     del g.initializer[:]
     g.initializer.extend(inits)
-
-
-def _links(g: onnx.GraphProto) -> tuple[dict[str, onnx.NodeProto], dict[str, list[onnx.NodeProto]]]:
-    """Each value's producing node, and the nodes that read it."""
-    readers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
-    for n in g.node:
-        for i in n.input:
-            readers[i].append(n)
-    return {o: n for n in g.node for o in n.output}, readers
+    return m
 
 
 def float_reference(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The same network with float activations: each MatMulInteger on its int8 weights dequantised.
-
-    The exporter's pattern is `DynamicQuantizeLinear(x) -> MatMulInteger(x_q, W_q, x_zp, W_zp) -> Cast ->
-    Mul(by x_scale * W_scale)`; it becomes `MatMul(x, (W_q - W_zp) * W_scale)`.
-    """
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    g = m.graph
-    inits = {i.name: numpy_helper.to_array(i) for i in g.initializer}
-    producer, readers = _links(g)
-    replace: dict[str, onnx.NodeProto] = {}  # the final Mul's name -> its MatMul
-    for n in g.node:
-        if n.op_type != "MatMulInteger":
-            continue
-        quant = producer[n.input[0]]
-        assert quant.op_type == "DynamicQuantizeLinear", quant.op_type
-        (cast,) = readers[n.output[0]]
-        (mul,) = readers[cast.output[0]]
-        scales = producer[next(i for i in mul.input if i != cast.output[0])]
-        w_scale = inits[next(i for i in scales.input if i in inits)]
-        w = (inits[n.input[1]].astype(np.float32) - inits[n.input[3]].astype(np.float32)) * w_scale
-        name = n.input[1] + "_float"
-        g.initializer.append(numpy_helper.from_array(w.astype(np.float32), name))
-        replace[mul.name] = helper.make_node("MatMul", [quant.input[0], name], [mul.output[0]], name=n.name + "_float")
-    nodes = [replace.get(n.name, n) for n in g.node]
-    del g.node[:]
-    g.node.extend(nodes)
-    _prune(m)
-    return m
+    """The same network with float activations: each int8 MatMul `MatMul(x, (W_q - W_zp) * W_scale)`."""
+    m = _copy(model)
+    inits = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
+    replace: dict[str, onnx.NodeProto | None] = {}  # the final Mul's name -> its MatMul
+    for mm in _int8_matmuls(m.graph):
+        _, w_q, _, w_zero = mm.matmul.input
+        w = (inits[w_q].astype(np.float32) - inits[w_zero].astype(np.float32)) * inits[mm.w_scale]
+        name = w_q + "_float"
+        m.graph.initializer.append(numpy_helper.from_array(w.astype(np.float32), name))
+        x = mm.quantiser.input[0]
+        replace[mm.mul.name] = helper.make_node("MatMul", [x, name], [mm.mul.output[0]], name=mm.matmul.name + "_float")
+    return _rewritten(m, replace)
 
 
 def with_ranges(model: onnx.ModelProto) -> onnx.ModelProto:
     """The model with each quantiser's input min and max as extra outputs (after the model's own)."""
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
+    m = _copy(model)
     for q in _quantisers(m):
         for op in ("ReduceMin", "ReduceMax"):
             out = f"{q.input[0]}_{op}"
@@ -125,46 +140,32 @@ def static(model: onnx.ModelProto, ranges: dict[str, tuple[float, float]]) -> on
     computes them: the range widened to hold 0); each `MatMulInteger -> Cast -> Mul (-> Add of a bias)` after it
     becomes ONNX Runtime's fused `MatMulIntegerToFloat`, what it fuses the dynamic pattern into.
     """
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
+    m = _copy(model)
     g = m.graph
     inits = {i.name for i in g.initializer}
-    producer, readers = _links(g)
+    matmuls = _int8_matmuls(g)  # before the fixed scales become initializers beside the weights' own
     replace: dict[str, onnx.NodeProto | None] = {}  # None: dropped
-    for n in g.node:
-        if n.op_type == "DynamicQuantizeLinear":
-            lo, hi = ranges[n.input[0]]
-            lo, hi = min(lo, 0.0), max(hi, 0.0)
-            scale = np.float32((hi - lo) / 255.0)
-            zero = np.uint8(np.clip(np.round(-lo / scale), 0, 255))
-            g.initializer.append(numpy_helper.from_array(np.array(scale, dtype=np.float32), n.output[1]))
-            g.initializer.append(numpy_helper.from_array(np.array(zero, dtype=np.uint8), n.output[2]))
-            replace[n.name] = helper.make_node(
-                "QuantizeLinear", [n.input[0], n.output[1], n.output[2]], [n.output[0]], name=n.name
-            )
-        elif n.op_type == "MatMulInteger":
-            (cast,) = readers[n.output[0]]
-            (mul,) = readers[cast.output[0]]
-            scales = producer[next(i for i in mul.input if i != cast.output[0])]
-            w_scale = next(i for i in scales.input if i in inits)
-            a, w, a_zero, w_zero = n.input
-            inputs, out = [a, w, producer[a].output[1], w_scale, a_zero, w_zero], mul.output[0]
-            after = readers[out]
-            if len(after) == 1 and after[0].op_type == "Add" and any(i in inits for i in after[0].input):
-                (add,) = after  # the layer's bias: fused as the op's seventh input
-                inputs.append(next(i for i in add.input if i in inits))
-                out = add.output[0]
-                replace[add.name] = None
-            replace[mul.name] = helper.make_node(
-                "MatMulIntegerToFloat", inputs, [out], name=n.name, domain="com.microsoft"
-            )
-    nodes = [replace.get(n.name, n) for n in g.node]
-    del g.node[:]
-    g.node.extend(n for n in nodes if n is not None)
+    for n in _quantisers(m):
+        lo, hi = ranges[n.input[0]]
+        lo, hi = min(lo, 0.0), max(hi, 0.0)
+        scale = np.float32((hi - lo) / 255.0)
+        zero = np.uint8(np.clip(np.round(-lo / scale), 0, 255))
+        g.initializer.append(numpy_helper.from_array(np.array(scale, dtype=np.float32), n.output[1]))
+        g.initializer.append(numpy_helper.from_array(np.array(zero, dtype=np.uint8), n.output[2]))
+        replace[n.name] = helper.make_node("QuantizeLinear", [n.input[0], *n.output[1:]], [n.output[0]], name=n.name)
+    for mm in matmuls:
+        a, w, a_zero, w_zero = mm.matmul.input
+        inputs, out = [a, w, mm.quantiser.output[1], mm.w_scale, a_zero, w_zero], mm.mul.output[0]
+        if len(mm.after) == 1 and mm.after[0].op_type == "Add" and any(i in inits for i in mm.after[0].input):
+            (add,) = mm.after  # the layer's bias: fused as the op's seventh input
+            inputs.append(next(i for i in add.input if i in inits))
+            out = add.output[0]
+            replace[add.name] = None
+        op = helper.make_node("MatMulIntegerToFloat", inputs, [out], name=mm.matmul.name, domain="com.microsoft")
+        replace[mm.mul.name] = op
     if not any(o.domain == "com.microsoft" for o in m.opset_import):
         m.opset_import.append(helper.make_opsetid("com.microsoft", 1))
-    _prune(m)
-    return m
+    return _rewritten(m, replace)
 
 
 def grader_folder(src: Path, model: onnx.ModelProto, out: Path, suffix: str, note: dict[str, Any]) -> Path:
