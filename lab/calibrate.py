@@ -112,6 +112,19 @@ def _carried(kept: Calibration) -> str:
     )
 
 
+def squad_sample(
+    squad: Path, off_corpus: Path, per_class: int, seed: int, chunk_tokens: int, chunk_overlap: int
+) -> tuple[list[Any], dict[str, list[LabelledQuestion]], list[LabelledQuestion], FaissStore]:
+    """SQuAD's side of the calibration: its paragraphs, each class's questions, the drawn sample, the corpus indexed.
+
+    `per_class` questions of each class are drawn (seeded); the corpus is indexed in memory as `fastcrag index`
+    chunks it.
+    """
+    docs, pool = question_pools(squad, off_corpus)
+    chosen = [q for i, (kind, qs) in enumerate(pool.items()) for q in sample(qs, per_class, seed + i)]
+    return docs, pool, chosen, build_corpus_store(docs, chunk_tokens, chunk_overlap)
+
+
 def calibrate(
     squad: Path,
     off_corpus: Path,
@@ -138,9 +151,7 @@ def calibrate(
     documentation ones of each class together (`lab.calibrate_docs`).
     """
     kept = load_calibration(PACKAGED_CALIBRATION)
-    docs, pool = question_pools(squad, off_corpus)
-    chosen = [q for i, (kind, qs) in enumerate(pool.items()) for q in sample(qs, per_class, seed + i)]
-    store = build_corpus_store(docs, chunk_tokens, chunk_overlap)
+    docs, pool, chosen, store = squad_sample(squad, off_corpus, per_class, seed, chunk_tokens, chunk_overlap)
     reranker = CachingReranker(reranker)  # the condition views below score the same pairs again
     # condition_factor: every answerable question of the corpus that names a condition, against the sample. The
     # thresholds stay drawn on scores without the check (unlike `fit`'s): drawn with it, the reader's floor (the
