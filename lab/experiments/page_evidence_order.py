@@ -18,7 +18,7 @@ from pathlib import Path
 
 from fastcrag.components import Components
 from fastcrag.config.settings import Settings
-from fastcrag.evaluation.docs_answers import load_questions, source_matches
+from fastcrag.evaluation.docs_answers import load_questions, on_topic
 from fastcrag.retrieval.hybrid import fused_order
 
 SHARES = (0.0, 0.25, 0.5, 1.0)
@@ -54,7 +54,7 @@ def main() -> int:
         for q in questions:
             docs = retriever.search(q.question, k=POOL)[0][: args.depth]
             sources = [str(d.metadata.get("source", "")) for d in docs]
-            right = [any(source_matches(s, want) for want in q.sources) for s in sources]
+            right = [on_topic(s, q) for s in sources]
             scores = grader.score(q.question, [d.page_content for d in docs])
             for w, a in firsts:
                 firsts[w, a] += bool(right and right[fused_order(with_page(scores, sources, a), w)[0]])

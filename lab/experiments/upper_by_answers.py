@@ -104,11 +104,12 @@ def paired_runs(generate: Path, refine: Path) -> Routed:
 
 
 def compose(runs: Sequence[str], at: Sequence[float]) -> None:
-    """Print each run pair's outcomes, and the share routed to refine among those passing, at each `at` value."""
-    for spec in runs:
-        gen_dir, _, ref_dir = spec.partition(":")
-        routed = paired_runs(Path(gen_dir), Path(ref_dir))
-        print(f"{gen_dir} : {ref_dir} ({len(routed)} questions)")
+    """Print each run pair's outcomes and AMBIGUOUS count at each `at` value, then all pairs' together."""
+    pairs = {spec: paired_runs(*(Path(p) for p in spec.split(":", 1))) for spec in runs}
+    if len(pairs) > 1:
+        pairs["all"] = [p for routed in pairs.values() for p in routed]
+    for name, routed in pairs.items():
+        print(f"{name} ({len(routed)} questions)")
         for upper in at:
             records = composed(routed, upper)
             refined = sum(r["band"] == "AMBIGUOUS" for r in records)

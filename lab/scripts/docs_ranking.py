@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))  # the proj
 
 from fastcrag.components import Components
 from fastcrag.config.settings import Settings
-from fastcrag.evaluation.docs_answers import load_questions, source_matches
+from fastcrag.evaluation.docs_answers import load_questions, on_topic
 from fastcrag.retrieval.hybrid import HybridRetriever, fused_order
 
 DEPTH, POOL = 10, 50
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         pool = retriever.search(q.question, k=POOL)[0]
         docs = pool[:DEPTH]
         pool_sources = [str(d.metadata.get("source", "")) for d in pool]
-        matches = [any(source_matches(s, want) for want in q.sources) for s in pool_sources]
+        matches = [on_topic(s, q) for s in pool_sources]
         sources, right = pool_sources[:DEPTH], matches[:DEPTH]
         scores = grader.score(q.question, [d.page_content for d in docs])
         if args.near_miss:

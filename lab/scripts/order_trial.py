@@ -52,7 +52,7 @@ def docs(questions: Path, index: Path | None, reranker: str | None = None) -> di
     """
     from fastcrag.components import Components
     from fastcrag.config.settings import Settings
-    from fastcrag.evaluation.docs_answers import load_questions, source_matches
+    from fastcrag.evaluation.docs_answers import load_questions, on_topic
     from fastcrag.retrieval.hybrid import HybridRetriever
 
     given = {"index_dir": index} if index else {}
@@ -62,7 +62,7 @@ def docs(questions: Path, index: Path | None, reranker: str | None = None) -> di
     counts = {"questions": 0, **dict.fromkeys(ORDERS, 0)}
     for q in load_questions(questions):
         found = retriever.search(q.question)[0]
-        right = [any(source_matches(str(d.metadata.get("source", "")), w) for w in q.sources) for d in found]
+        right = [on_topic(str(d.metadata.get("source", "")), q) for d in found]
         scores = grader.score(q.question, [d.page_content for d in found])
         counts["questions"] += 1
         for name, order in ORDERS.items():

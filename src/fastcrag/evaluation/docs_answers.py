@@ -131,6 +131,11 @@ def source_matches(cited: str, expected: str) -> bool:
     return cited.replace("\\", "/").endswith("/" + want)
 
 
+def on_topic(source: str, q: DocsQuestion) -> bool:
+    """Whether `source` is one of the pages the question accepts (`source_matches` one of `q.sources`)."""
+    return any(source_matches(source, e) for e in q.sources)
+
+
 def score_answer(
     q: DocsQuestion,
     answer: str,
@@ -152,8 +157,8 @@ def score_answer(
         `sentence` (the defining sentence is in the answer), `missing_terms`, `key_terms` (none missing),
         `fragment` (its kind or None), `abstained`, and `substance` (topic cited, sentence or key terms, no fragment).
     """
-    cited = any(source_matches(s, e) for s in sources for e in q.sources)
-    first = bool(sources) and any(source_matches(sources[0], e) for e in q.sources)
+    cited = any(on_topic(s, q) for s in sources)
+    first = bool(sources) and on_topic(sources[0], q)
     abstained = is_abstention(answer, action, abstain_message)
     has_sentence, missing = substance(answer, q) if not abstained else (False, list(q.key_terms))
     terms = bool(q.key_terms) and not missing
