@@ -84,6 +84,25 @@ def summary(records: Sequence[Record]) -> str:
     return f"truthfulness {points:+.4f} (correct / wrong / abstained {n['correct']} / {n['wrong']} / {n['abstained']})"
 
 
+def gains(gen: Record, ref: Record) -> dict[str, int]:
+    """What refining the question changes against answering it at once, per measure (refine minus generate)."""
+    if "substance" in gen:
+        return {m: int(ref[k]) - int(gen[k]) for m, k in (("substance", "substance"), ("first", "topic_first"))}
+    return {"points": TRUTH_POINTS[ref["outcome"]] - TRUTH_POINTS[gen["outcome"]]}
+
+
+def by_grade(routed: Routed, lower: float, bins: int = 5) -> None:
+    """Print, per quantile bin of the passing questions' grades, the questions refining gains and loses per measure."""
+    passing = [(g, r) for g, r in routed if (g.get("top_score") or 0.0) >= lower]
+    if not passing:
+        return
+    grades = np.array([g["top_score"] for g, _ in passing])
+    for lo, hi in itertools.pairwise(np.quantile(grades, np.linspace(0, 1, bins + 1))):
+        inside = [gains(g, r) for g, r in passing if lo <= g["top_score"] <= hi]
+        moved = ", ".join(f"{m} +{sum(d[m] > 0 for d in inside)} -{sum(d[m] < 0 for d in inside)}" for m in inside[0])
+        print(f"  grades {lo:.3f}-{hi:.3f} ({len(inside)} questions), refined rather than answered at once: {moved}")
+
+
 def read_log(path: Path) -> tuple[dict[str, Any], list[Record]]:
     """A result log's configuration and its records (a line cut short is skipped)."""
     header, *lines = path.read_text(encoding="utf-8").splitlines()
@@ -114,6 +133,9 @@ def compose(runs: Sequence[str], at: Sequence[float]) -> None:
             records = composed(routed, upper)
             refined = sum(r["band"] == "AMBIGUOUS" for r in records)
             print(f"  crag_upper {upper:.4f}: {summary(records)}; AMBIGUOUS {refined}")
+    name, routed = list(pairs.items())[-1]  # all pairs together, where there are several
+    print(f"by grade, questions graded at or above {min(at):.4f} ({name}):")
+    by_grade(routed, min(at))
 
 
 def observe(out: Path, per_class: int, settings: Settings) -> None:
@@ -170,10 +192,7 @@ def choose(path: Path, resamples: int) -> None:
     print(f"  crag_upper {config['calibration']['crag_upper']:.4f} (as calibrated): ", end="")
     print(summary(composed(routed, config["calibration"]["crag_upper"])))
     print(f"  crag_upper 1.0 (all refine): {summary(composed(routed, 1.0))}")
-    for lo, hi in itertools.pairwise(np.quantile(passing, np.linspace(0, 1, 6))):
-        inside = [(g, r) for g, r in routed if lo <= (g.get("top_score") or 0.0) <= hi]
-        gain = Counter(TRUTH_POINTS[r["outcome"]] - TRUTH_POINTS[g["outcome"]] for g, r in inside)
-        print(f"  grades {lo:.3f}-{hi:.3f} ({len(inside)}): refine - generate points {dict(sorted(gain.items()))}")
+    by_grade(routed, threshold)
     candidates = np.unique([threshold, *passing, 1.0])
     rng = np.random.default_rng(SEED)
     boot = [

@@ -11,6 +11,7 @@ import pytest
 from fastcrag.config.calibration import load_calibration
 from lab.experiments.upper_by_answers import (
     composed,
+    gains,
     lowest_best,
     observed,
     paired_runs,
@@ -49,6 +50,12 @@ def test_lowest_best_is_the_lowest_value_reaching_the_best_truthfulness() -> Non
     # a lower value ties the best when the question it moves changes nothing
     even = [*ROUTED[:2], _pair("c", 0.60, "correct", "correct"), ROUTED[3]]  # c: refinement changes nothing
     assert lowest_best(even, np.array([0.5, 0.6, 0.7, 0.8, 1.0])) == pytest.approx(0.5)
+
+
+def test_gains_per_measure_are_refine_minus_generate() -> None:
+    assert [gains(*p) for p in ROUTED] == [{"points": 0}, {"points": -2}, {"points": 1}, {"points": 0}]
+    gen = {"substance": False, "topic_first": True}
+    assert gains(gen, {"substance": True, "topic_first": False}) == {"substance": 1, "first": -1}
 
 
 def test_composed_refuses_runs_that_routed_on_different_grades() -> None:
