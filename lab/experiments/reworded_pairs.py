@@ -41,8 +41,9 @@ from typing import Any
 
 from fastcrag.fileio import write_text_atomic
 from fastcrag.fitting.mix import Article, is_dev_group, load_squad
+from fastcrag.retrieval.text import titled
 from lab.data import SHARED_DATA
-from lab.scripts.docs_pairs import Topic, collect, make_pairs, titled
+from lab.scripts.docs_pairs import Topic, collect, make_pairs
 
 HERE = Path(__file__).resolve().parent.parent / "questions" / "reworded"
 SQUAD = SHARED_DATA / "train" / "squad11-train" / "train-v1.1.from_explorer.json.gz"
