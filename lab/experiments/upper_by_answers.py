@@ -186,6 +186,9 @@ def choose(path: Path, resamples: int) -> None:
     routed = observed(records)
     print(f"{len(routed)} questions, {dict(Counter(g['kind'] for g, _ in routed))}")
     passing = sorted(s for g, _ in routed if (s := g.get("top_score") or 0.0) >= threshold)
+    if not passing:
+        print("no question passes reranker_threshold: crag_upper changes no answer")
+        return
     for q in (0.0, 0.25, 0.5, 0.75, 0.9):
         t = passing[int(q * (len(passing) - 1))]
         print(f"  crag_upper {t:.4f} (passing quantile {q:.2f}): {summary(composed(routed, t))}")
