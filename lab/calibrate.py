@@ -39,6 +39,11 @@ from fastcrag.measures import auc
 from fastcrag.retrieval.hybrid import HybridRetriever
 from fastcrag.retrieval.store import FaissStore
 from lab.calibrate_docs import declined_shares, docs_sample
+from lab.data import SHARED_DATA
+
+SQUAD, OFF_CORPUS = SHARED_DATA / "squad2-dev", SHARED_DATA / "train" / "squad11-train"
+PER_CLASS, SEED, TOLERANCE, TOP_K, REFINE_K, CHUNK_TOKENS, CHUNK_OVERLAP = 200, 13, 0.1, 20, 6, 128, 24
+"""The sample and rules the packaged calibration is drawn with (`calibrate`'s defaults)."""
 
 
 def squad_condition_views(
@@ -130,14 +135,14 @@ def calibrate(
     off_corpus: Path,
     reranker: Reranker,
     out: Path,
-    per_class: int = 200,
-    seed: int = 13,
+    per_class: int = PER_CLASS,
+    seed: int = SEED,
     target_precision: float = 0.9,
-    tolerance: float = 0.1,
-    top_k: int = 20,
-    refine_k: int = 6,
-    chunk_tokens: int = 128,
-    chunk_overlap: int = 24,
+    tolerance: float = TOLERANCE,
+    top_k: int = TOP_K,
+    refine_k: int = REFINE_K,
+    chunk_tokens: int = CHUNK_TOKENS,
+    chunk_overlap: int = CHUNK_OVERLAP,
     manuals: Sequence[tuple[str, Path]] = (),
     wrong_manuals: Sequence[Path] = (),
     per_manual: int = 200,

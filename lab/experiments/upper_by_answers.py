@@ -41,11 +41,7 @@ from fastcrag.evaluation.scoring import TRUTH_POINTS
 from fastcrag.fileio import write_text_atomic
 from fastcrag.grading.reranker import CachingReranker, calibration_for, default_reranker_spec, load_reranker
 from fastcrag.graph.builder import build_graph
-from lab.calibrate import squad_sample
-from lab.data import SHARED_DATA
-
-PER_CLASS, SEED, CHUNK_TOKENS, CHUNK_OVERLAP = 200, 13, 128, 24
-"""`lab calibrate`'s sample: the questions `crag_upper` is drawn on now."""
+from lab.calibrate import CHUNK_OVERLAP, CHUNK_TOKENS, OFF_CORPUS, PER_CLASS, SEED, SQUAD, squad_sample
 
 Record = dict[str, Any]
 Routed = list[tuple[Record, Record]]
@@ -142,8 +138,7 @@ def observe(out: Path, per_class: int, settings: Settings) -> None:
     """Run the graph over `lab calibrate`'s SQuAD sample, each question routed both ways; append to `out`."""
     grader = CachingReranker(load_reranker(settings.reranker or default_reranker_spec()))
     cal = load_calibration(calibration_for(settings.calibration, settings.reranker), expected_model=grader.name)
-    squad, off_corpus = SHARED_DATA / "squad2-dev", SHARED_DATA / "train" / "squad11-train"
-    *_, chosen, store = squad_sample(squad, off_corpus, per_class, SEED, CHUNK_TOKENS, CHUNK_OVERLAP)
+    *_, chosen, store = squad_sample(SQUAD, OFF_CORPUS, per_class, SEED, CHUNK_TOKENS, CHUNK_OVERLAP)
     config = {"grader": grader.name, "calibration": cal.model_dump(), "per_class": per_class, "seed": SEED}
     log = ResultLog(out, config)
     graph = build_graph(parts=Components(settings, store, grader, "extractive", cal))

@@ -25,11 +25,18 @@ import numpy as np
 from fastcrag.config.calibration import load_calibration
 from fastcrag.fitting.calibrate import Observation, choose_upper, observe
 from fastcrag.grading.onnx_grader import OnnxCrossEncoderReranker
-from lab.calibrate import squad_sample
-from lab.data import SHARED_DATA
-
-PER_CLASS, SEED, TOP_K, REFINE_K, TOLERANCE, CHUNK_TOKENS, CHUNK_OVERLAP = 200, 13, 20, 6, 0.1, 128, 24
-"""`lab calibrate`'s defaults."""
+from lab.calibrate import (
+    CHUNK_OVERLAP,
+    CHUNK_TOKENS,
+    OFF_CORPUS,
+    PER_CLASS,
+    REFINE_K,
+    SEED,
+    SQUAD,
+    TOLERANCE,
+    TOP_K,
+    squad_sample,
+)
 
 
 def main() -> int:
@@ -41,8 +48,7 @@ def main() -> int:
     ap.add_argument("--per-class", type=int, default=PER_CLASS, help="questions per class (`lab calibrate`: 200)")
     ap.add_argument("--tolerances", type=float, nargs="*", default=[], help="also the rule's spread at these")
     args = ap.parse_args()
-    squad, off_corpus = SHARED_DATA / "squad2-dev", SHARED_DATA / "train" / "squad11-train"
-    *_, chosen, store = squad_sample(squad, off_corpus, args.per_class, SEED, CHUNK_TOKENS, CHUNK_OVERLAP)
+    *_, chosen, store = squad_sample(SQUAD, OFF_CORPUS, args.per_class, SEED, CHUNK_TOKENS, CHUNK_OVERLAP)
     retrieved = {q.question: store.similarity_search(q.question, k=TOP_K) for q in chosen}
     rng = np.random.default_rng(SEED)
     draws = [rng.integers(0, len(chosen), len(chosen)) for _ in range(args.resamples)]

@@ -19,6 +19,7 @@ import math
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))  # the project's own code, installed or not
 
@@ -55,8 +56,8 @@ def docs(questions: Path, index: Path | None, reranker: str | None = None) -> di
     from fastcrag.evaluation.docs_answers import load_questions, on_topic
     from fastcrag.retrieval.hybrid import HybridRetriever
 
-    given = {"index_dir": index} if index else {}
-    parts = Components(Settings(**given, **({"reranker": reranker} if reranker else {})))
+    overrides: dict[str, Any] = {k: v for k, v in (("index_dir", index), ("reranker", reranker)) if v}
+    parts = Components(Settings(**overrides))
     retriever, grader = parts.retriever(), parts.reranker()
     assert isinstance(retriever, HybridRetriever)
     counts = {"questions": 0, **dict.fromkeys(ORDERS, 0)}
