@@ -8,7 +8,7 @@ each); printed: the largest difference per question, how often the best candidat
 differs, and the median time per question of each way (same process, alternated), for the candidates and for the
 sentence strips of the first six (as `refine` grades them, under their section's title).
 
-    python lab/experiments/grade_batch_dependence.py --set SET:INDEX [--set ...]
+    python -m lab.experiments.grade_batch_dependence --set SET:INDEX [--set ...]
 
 INDEX `-` is the embedded Python index.
 """
@@ -27,12 +27,7 @@ from fastcrag.components import Components
 from fastcrag.config.settings import Settings
 from fastcrag.evaluation.docs_answers import load_questions
 from fastcrag.grading.bands import band_of
-from fastcrag.retrieval.text import sectioned, titled
-
-DEPTH = 10
-STRIPPED = 6
-SIZES = {"batched": 32, "one at a time": 1}
-"""Pairs per call: the grader's batch before it graded each pair alone, and one."""
+from lab.scripts.static_grader import DEPTH, SIZES, strips_of
 
 
 def timed(grader: Any, size: int, question: str, texts: list[str], times: list[float]) -> np.ndarray:
@@ -63,7 +58,7 @@ def main() -> int:
             texts = [d.page_content for d in retriever.search(q.question, k=DEPTH)[0]]
             if not texts:
                 continue
-            strips = [titled(section, s) for t in texts[:STRIPPED] for section, s in sectioned(t)]
+            strips = strips_of(texts)
             a, b = (timed(grader, size, q.question, texts, times[way]) for way, size in SIZES.items())
             for way, size in SIZES.items():
                 timed(grader, size, q.question, strips, times[f"{way}, strips"])

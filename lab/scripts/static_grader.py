@@ -43,6 +43,13 @@ from fastcrag.retrieval.text import sectioned, titled
 QUESTIONS = Path(__file__).resolve().parents[1] / "questions" / "reworded"
 DEPTH, STRIPPED = 10, 6
 """As the graph grades: the first pass's top 10, and the sentence strips of the first six for `refine`."""
+SIZES = {"batched": 32, "one at a time": 1}
+"""Pairs per call: the grader's batch before it was measured graded alone, and one pair."""
+
+
+def strips_of(texts: Sequence[str]) -> list[str]:
+    """The sentence strips `refine` grades of the first `STRIPPED` texts, each under its section's title."""
+    return [titled(section, s) for t in texts[:STRIPPED] for section, s in sectioned(t)]
 
 
 def _quantisers(model: onnx.ModelProto) -> list[onnx.NodeProto]:
@@ -194,8 +201,7 @@ def _calls(specs: list[str], count: int, last: bool) -> list[tuple[str, list[str
         retriever = Components(Settings(index_dir=Path(index))).retriever()
         for row in rows:
             texts = [d.page_content for d in retriever.search(row["question"], k=DEPTH)[0]]
-            strips = [titled(section, s) for t in texts[:STRIPPED] for section, s in sectioned(t)]
-            calls.append((row["question"], texts, strips))
+            calls.append((row["question"], texts, strips_of(texts)))
     return calls
 
 
@@ -268,7 +274,7 @@ def compare(args: argparse.Namespace) -> int:
         ref = OnnxCrossEncoderReranker(ref_dir, cache_size=0)
         truth = [(np.array(ref.score(q, t)), np.array(ref.score(q, s))) for q, t, s in calls]
         for spec in args.grader:
-            for size in (32, 1):
+            for size in SIZES.values():
                 g = OnnxCrossEncoderReranker(spec, batch_size=size, cache_size=0)
                 diffs, best, band = [], 0, 0
                 for (q, t, s), (rt, rs) in zip(calls, truth, strict=True):
