@@ -29,6 +29,7 @@ import lzma
 import math
 import os
 import random
+import signal
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -174,6 +175,18 @@ def device_of() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def bf16_autocast(device: Any) -> Any:
+    """bf16 autocast where the hardware computes bf16 natively (a GPU; a CPU with AVX-512 BF16 or AMX), else none.
+
+    On such a CPU it trains all-mpnet-base-v2 about three times as fast as fp32; on one without, bf16 is emulated
+    and slower, so it stays off.
+    """
+    import torch
+
+    native = device.type == "cuda" or (device.type == "cpu" and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=bool(native))
+
+
 def length_batches(lengths: Sequence[int], batch_size: int, seed: int) -> list[list[int]]:
     """Batches of similar lengths (sorted within shuffled windows of 50 batches), in a seeded random order."""
     rng = random.Random(seed)
@@ -228,7 +241,10 @@ def train_resumable(
     checkpoint_every: int,
     log_every: int = 100,
 ) -> dict[str, Any]:
-    """Run `loss_of` over `batches` with AdamW, checkpointing into `out`; a rerun continues where it stopped."""
+    """Run `loss_of` over `batches` with AdamW, checkpointing into `out`; a rerun continues where it stopped.
+
+    SIGINT or SIGTERM ends the step under way, checkpoints it and exits, so stopping a run loses no work.
+    """
     import torch
 
     device = next(model.parameters()).device
@@ -254,9 +270,11 @@ def train_resumable(
         torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step, "elapsed": elapsed}, tmp)
         tmp.replace(ckpt)
 
+    stop: list[int] = []  # the signal that asked the run to stop, if one did
+    handlers = {sig: signal.signal(sig, lambda n, _f: stop.append(n)) for sig in (signal.SIGINT, signal.SIGTERM)}
     t0 = time.time()
     model.train()
-    while not budget.over(step, elapsed_before + time.time() - t0):
+    while not stop and not budget.over(step, elapsed_before + time.time() - t0):
         elapsed = elapsed_before + time.time() - t0
         for g, base in zip(opt.param_groups, base_lrs, strict=True):
             g["lr"] = base * budget.factor(step, elapsed)
@@ -276,6 +294,10 @@ def train_resumable(
             save(step, elapsed_before + time.time() - t0)
     elapsed = elapsed_before + time.time() - t0
     save(step, elapsed)
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)
+    if stop:
+        raise SystemExit(f"stopped at step {step} of {len(batches)} and checkpointed: the same command continues")
     model.eval()
     return {"steps": step, "planned_steps": len(batches), "train_minutes": round(elapsed / 60, 2)}
 
@@ -331,7 +353,7 @@ def inference_batches(
     device = next(model.parameters()).device
     order = sorted(range(len(qs)), key=lambda i: len(qs[i]) + len(ps[i]))
     model.eval()
-    with torch.inference_mode(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+    with torch.inference_mode(), bf16_autocast(device):
         for s in range(0, len(order), batch):
             idx = order[s : s + batch]
             enc = tokenizer(
@@ -387,7 +409,7 @@ def cmd_teacher(args: argparse.Namespace) -> None:
         enc = tokenizer(
             qs, ps, truncation="only_second", max_length=args.max_length, padding=True, return_tensors="pt"
         ).to(device)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        with bf16_autocast(device):
             logit = model(enc["input_ids"], enc["attention_mask"])
         return bce(logit.float(), labels[idx].to(device))
 
@@ -529,7 +551,7 @@ def cmd_distill(args: argparse.Namespace) -> None:
         answers = [pairs[i].answer if pairs[i].label >= 0.5 else "" for i in idx]
         enc, spans = _student_batch(tokenizer, qs, ps, answers, args.max_length)
         enc = enc.to(device)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        with bf16_autocast(device):
             rel, st, en = model(enc["input_ids"], enc["attention_mask"], enc["token_type_ids"])
         rel = rel.float()
         loss = torch.mean((rel - target[idx].to(device)) ** 2) + args.label_weight * bce(rel, labels[idx].to(device))

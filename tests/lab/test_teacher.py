@@ -112,3 +112,46 @@ def test_training_resumes_from_its_checkpoint(tmp_path: Path) -> None:
     second = run(again)
     assert second["steps"] == 10
     assert all(torch.equal(a, b) for a, b in zip(whole.state_dict().values(), again.state_dict().values(), strict=True))
+
+
+def test_a_stopped_run_checkpoints_the_step_under_way_and_continues_to_the_same_weights(tmp_path: Path) -> None:
+    import os
+    import signal
+
+    import torch
+
+    from lab.training.teacher import CHECKPOINT, train_resumable
+
+    class Tiny(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.encoder = torch.nn.Linear(4, 4)
+            self.relevance = torch.nn.Linear(4, 1)
+
+    torch.manual_seed(1)
+    x, y = torch.randn(40, 4), torch.randn(40)
+    batches = [list(range(i, i + 4)) for i in range(0, 40, 4)]
+
+    def run(model: Tiny, out: Path, stop_at: int | None = None) -> dict[str, object]:
+        def loss_of(idx: list[int]) -> torch.Tensor:
+            if idx[0] == stop_at:
+                os.kill(os.getpid(), signal.SIGTERM)  # as `kill PID` or the end of a sitting would
+            return torch.mean((model.relevance(model.encoder(x[idx])).squeeze(-1) - y[idx]) ** 2)
+
+        return train_resumable(
+            model, batches, loss_of, out, lr=1e-2, head_lr_scale=1.0, max_minutes=0, checkpoint_every=0
+        )
+
+    for name in ("stopped", "whole"):
+        (tmp_path / name).mkdir()
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit, match="stopped at step 3 of 10"):
+        run(Tiny(), tmp_path / "stopped", stop_at=8)  # the third batch starts at pair 8
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert torch.load(tmp_path / "stopped" / CHECKPOINT, weights_only=False)["step"] == 3
+    continued, whole = Tiny(), Tiny()
+    assert run(continued, tmp_path / "stopped")["steps"] == 10
+    run(whole, tmp_path / "whole")
+    for a, b in zip(whole.state_dict().values(), continued.state_dict().values(), strict=True):
+        assert torch.allclose(a, b, atol=1e-6)
