@@ -39,11 +39,17 @@ from fastcrag.measures import auc
 from fastcrag.retrieval.hybrid import HybridRetriever
 from fastcrag.retrieval.store import FaissStore
 from lab.calibrate_docs import declined_shares, docs_sample
-from lab.data import SHARED_DATA
-
-SQUAD, OFF_CORPUS = SHARED_DATA / "squad2-dev", SHARED_DATA / "train" / "squad11-train"
-PER_CLASS, SEED, TOLERANCE, TOP_K, REFINE_K, CHUNK_TOKENS, CHUNK_OVERLAP = 200, 13, 0.1, 20, 6, 128, 24
-"""The sample and rules the packaged calibration is drawn with (`calibrate`'s defaults)."""
+from lab.data import (
+    CHUNK_OVERLAP,
+    CHUNK_TOKENS,
+    PER_CLASS,
+    PER_MANUAL,
+    REFINE_K,
+    SEED,
+    TARGET_PRECISION,
+    TOLERANCE,
+    TOP_K,
+)
 
 
 def squad_condition_views(
@@ -137,7 +143,7 @@ def calibrate(
     out: Path,
     per_class: int = PER_CLASS,
     seed: int = SEED,
-    target_precision: float = 0.9,
+    target_precision: float = TARGET_PRECISION,
     tolerance: float = TOLERANCE,
     top_k: int = TOP_K,
     refine_k: int = REFINE_K,
@@ -145,7 +151,7 @@ def calibrate(
     chunk_overlap: int = CHUNK_OVERLAP,
     manuals: Sequence[tuple[str, Path]] = (),
     wrong_manuals: Sequence[Path] = (),
-    per_manual: int = 200,
+    per_manual: int = PER_MANUAL,
 ) -> Calibration:
     """Derive both thresholds and write them, with their provenance and figures, atomically to `out`.
 

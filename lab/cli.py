@@ -16,7 +16,7 @@ from fastcrag.config.options import add_options, from_args
 from fastcrag.evaluation.cli import _check_paths, _grader, _offline
 from fastcrag.evaluation.cli import _settings as _eval_settings
 from lab.benchmarks.configs import BenchConfig
-from lab.data import SHARED_DATA
+from lab.data import OFF_CORPUS, PER_CLASS, PER_MANUAL, SEED, SHARED_DATA, SQUAD, TARGET_PRECISION, TOLERANCE
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -107,18 +107,18 @@ def cmd_bench_batching(args: argparse.Namespace) -> int:
 def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add `calibrate`, `reliability`, `bench`, `bench-embedder` and `bench-batching`."""
     cal = subparsers.add_parser("calibrate", help="derive reranker_threshold and crag_upper from SQuAD v2 questions")
-    cal.add_argument("--squad", default=str(SHARED_DATA / "squad2-dev"), help="SQuAD v2 JSON file or folder")
+    cal.add_argument("--squad", default=str(SQUAD), help="SQuAD v2 JSON file or folder")
     cal.add_argument(
         "--off-corpus",
-        default=str(SHARED_DATA / "train" / "squad11-train"),
+        default=str(OFF_CORPUS),
         help="SQuAD JSON whose articles are not in the corpus",
     )
     cal.add_argument("--reranker", help="reranker to calibrate (default: FASTRAG_RERANKER, else packaged)")
     cal.add_argument("--out", help="calibration.json to write (default: the packaged one)")
-    cal.add_argument("--per-class", type=int, default=200, help="questions per class")
-    cal.add_argument("--seed", type=int, default=13)
-    cal.add_argument("--target-precision", type=float, default=0.9, help="abstention precision to reach")
-    cal.add_argument("--tolerance", type=float, default=0.1, help="share of refinements allowed to matter")
+    cal.add_argument("--per-class", type=int, default=PER_CLASS, help="questions per class")
+    cal.add_argument("--seed", type=int, default=SEED)
+    cal.add_argument("--target-precision", type=float, default=TARGET_PRECISION, help="abstention precision to reach")
+    cal.add_argument("--tolerance", type=float, default=TOLERANCE, help="share of refinements allowed to matter")
     cal.add_argument(
         "--docs",
         action="append",
@@ -129,7 +129,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     cal.add_argument(
         "--wrong-manual", action="append", default=[], metavar="INDEX", help="an index --docs questions are not of"
     )
-    cal.add_argument("--docs-per-manual", type=int, default=200, help="--docs questions per manual and class")
+    cal.add_argument("--docs-per-manual", type=int, default=PER_MANUAL, help="--docs questions per manual and class")
     cal.set_defaults(func=cmd_calibrate)
 
     rel = subparsers.add_parser("reliability", help="inject faults, bad input, load and kills; print the report")

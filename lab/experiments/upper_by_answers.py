@@ -41,7 +41,8 @@ from fastcrag.evaluation.scoring import TRUTH_POINTS
 from fastcrag.fileio import write_text_atomic
 from fastcrag.grading.reranker import CachingReranker, calibration_for, default_reranker_spec, load_reranker
 from fastcrag.graph.builder import build_graph
-from lab.calibrate import CHUNK_OVERLAP, CHUNK_TOKENS, OFF_CORPUS, PER_CLASS, SEED, SQUAD, squad_sample
+from lab.calibrate import squad_sample
+from lab.data import CHUNK_OVERLAP, CHUNK_TOKENS, OFF_CORPUS, PER_CLASS, SEED, SQUAD
 
 Record = dict[str, Any]
 Routed = list[tuple[Record, Record]]

@@ -25,18 +25,8 @@ import numpy as np
 from fastcrag.config.calibration import load_calibration
 from fastcrag.fitting.calibrate import Observation, choose_upper, observe
 from fastcrag.grading.onnx_grader import OnnxCrossEncoderReranker
-from lab.calibrate import (
-    CHUNK_OVERLAP,
-    CHUNK_TOKENS,
-    OFF_CORPUS,
-    PER_CLASS,
-    REFINE_K,
-    SEED,
-    SQUAD,
-    TOLERANCE,
-    TOP_K,
-    squad_sample,
-)
+from lab.calibrate import squad_sample
+from lab.data import CHUNK_OVERLAP, CHUNK_TOKENS, OFF_CORPUS, PER_CLASS, REFINE_K, SEED, SQUAD, TOLERANCE, TOP_K
 
 
 def main() -> int:
