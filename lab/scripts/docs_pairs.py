@@ -349,9 +349,10 @@ def collect(corpus: Path) -> list[Topic]:
     """Every topic of a corpus folder, page by page in path order."""
     files = sorted(p for p in corpus.rglob("*") if p.is_file() and p.suffix.lower() in {".html", ".htm", ".md", ".txt"})
     topics: list[Topic] = []
+    root = corpus.resolve()  # pages are named from the corpus folder, however it was reached (a link, a relative path)
     for doc in load_documents(files):
-        page = Path(doc.source)
-        name = page.relative_to(corpus).as_posix() if page.is_relative_to(corpus) else doc.source
+        page = Path(doc.source).resolve()
+        name = page.relative_to(root).as_posix() if page.is_relative_to(root) else doc.source
         topics.extend(page_topics(name, doc.text))
     return topics
 

@@ -7,6 +7,8 @@ import random
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from fastcrag.retrieval.text import TITLE_JOINER
 from lab.scripts import docs_pairs as dp
 
@@ -143,3 +145,17 @@ def test_a_detail_question_needs_two_words_its_subject_does_not_name() -> None:
     assert dp.detail_question(topic, "The table is created.", Counter(), rng) == ("", [])
     q, asked = dp.detail_question(topic, "Otherwise it is created in the current schema.", Counter(), rng)
     assert q and set(asked) <= {"otherwise", "created", "current", "schema"} and len(asked) >= 2
+
+
+def test_pages_are_named_from_the_corpus_folder_however_it_is_reached(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "corpus").mkdir()
+    corpus = _corpus(tmp_path / "corpus")
+    (tmp_path / "link").symlink_to(corpus)
+    monkeypatch.chdir(tmp_path)
+    pages = {t.page for t in dp.collect(corpus)}
+    assert pages == {"sql-createtable.html", "sql-createindex.html"}  # the written questions' keys name these
+    assert {t.page for t in dp.collect(tmp_path / "link")} == pages
+    assert {t.page for t in dp.collect(Path("link"))} == pages
+    assert {t.page for t in dp.collect(Path("corpus"))} == pages
