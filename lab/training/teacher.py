@@ -7,6 +7,7 @@ more), so they run from a checkout on any machine, a lent GPU or this CPU:
 
     python -m lab.training.teacher pool    --out runs/v5/pool                 # the mix + documentation pairs
     python -m lab.training.teacher teacher --pool runs/v5/pool --base MPNET --out runs/v5/teacher
+    python -m lab.training.teacher snapshot runs/v5/teacher --base MPNET --out DIR   # a run under way, to measure
     python -m lab.training.teacher score   --pool runs/v5/pool --teacher runs/v5/teacher/final --out runs/v5/scores.npz
     python -m lab.training.teacher distill --pool runs/v5/pool --scores runs/v5/scores.npz \
         --student runs/v5/v4-torch --out runs/v5/student
@@ -384,6 +385,18 @@ def auc(labels: Sequence[float], scores: Sequence[float]) -> float:
     return float(auc_of_labels(list(labels), list(scores)))
 
 
+def cmd_snapshot(args: argparse.Namespace) -> None:
+    """A teacher folder from a run's last checkpoint, to measure a run still under way (`teacher_network` reads it)."""
+    import torch
+    from transformers import AutoTokenizer
+
+    state = torch.load(Path(args.run) / CHECKPOINT, map_location="cpu", weights_only=False)
+    model = teacher_network(args.base)
+    model.load_state_dict(state["model"])
+    save_teacher(model, AutoTokenizer.from_pretrained(args.base, local_files_only=True), Path(args.out))
+    print(json.dumps({"step": int(state["step"]), "train_minutes": round(float(state["elapsed"]) / 60, 2)}))
+
+
 def cmd_teacher(args: argparse.Namespace) -> None:
     """Train (or continue training) the teacher on the pool's train split; its dev AUC goes to `summary.json`."""
     import torch
@@ -659,6 +672,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     d.add_argument("--span-weight", type=float, default=0.5)
     d.add_argument("--label-weight", type=float, default=0.2)
     d.add_argument("--half", action="store_true", help="save the student in fp16 (to carry it)")
+    p = sub.add_parser("snapshot", help="a teacher folder from a teacher run's last checkpoint")
+    p.add_argument("run", help="the teacher run's --out folder")
+    p.add_argument("--base", required=True, help="the folder the run started from (all-mpnet-base-v2)")
+    p.add_argument("--out", required=True)
     p = sub.add_parser("score", help="the teacher's logits for every pair of a pool")
     p.add_argument("--pool", required=True)
     p.add_argument("--teacher", required=True)
@@ -671,7 +688,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     elif args.cmd == "unpack":
         print(unpack(Path(args.parts_dir), Path(args.out)))
     else:
-        {"pool": cmd_pool, "teacher": cmd_teacher, "score": cmd_score, "distill": cmd_distill}[args.cmd](args)
+        commands = {
+            "pool": cmd_pool,
+            "teacher": cmd_teacher,
+            "snapshot": cmd_snapshot,
+            "score": cmd_score,
+            "distill": cmd_distill,
+        }
+        commands[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -155,3 +155,35 @@ def test_a_stopped_run_checkpoints_the_step_under_way_and_continues_to_the_same_
     run(whole, tmp_path / "whole")
     for a, b in zip(whole.state_dict().values(), continued.state_dict().values(), strict=True):
         assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_a_snapshot_of_a_run_under_way_reads_back_as_its_checkpointed_teacher(tmp_path: Path) -> None:
+    import torch
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    from lab.training.teacher import CHECKPOINT, main, teacher_network
+
+    base = tmp_path / "base"
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "what", "is", "a", "tuple"]
+    base.mkdir()
+    (base / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    BertTokenizerFast(vocab_file=str(base / "vocab.txt")).save_pretrained(str(base))
+    config = BertConfig(vocab_size=len(vocab), hidden_size=8, num_hidden_layers=1, num_attention_heads=2)
+    BertModel(config).save_pretrained(str(base))
+    trained = teacher_network(base)
+    with torch.no_grad():
+        for p in trained.parameters():
+            p.add_(0.5)  # as training would move them
+    run = tmp_path / "run"
+    run.mkdir()
+    torch.save({"model": trained.state_dict(), "optimizer": {}, "step": 7, "elapsed": 90.0}, run / CHECKPOINT)
+
+    main(["snapshot", str(run), "--base", str(base), "--out", str(tmp_path / "snap")])
+
+    back = teacher_network(tmp_path / "snap").eval()
+    trained.eval()
+    ids = torch.tensor([[2, 5, 6, 7, 8, 3]])
+    assert torch.allclose(back(ids, torch.ones_like(ids)), trained(ids, torch.ones_like(ids)))
+    assert not torch.allclose(
+        teacher_network(base).eval()(ids, torch.ones_like(ids)), trained(ids, torch.ones_like(ids))
+    )
