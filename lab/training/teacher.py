@@ -8,6 +8,7 @@ more), so they run from a checkout on any machine, a lent GPU or this CPU:
     python -m lab.training.teacher pool    --out runs/v5/pool                 # the mix + documentation pairs
     python -m lab.training.teacher teacher --pool runs/v5/pool --base MPNET --out runs/v5/teacher
     python -m lab.training.teacher snapshot runs/v5/teacher --base MPNET --out DIR   # a run under way, to measure
+    python -m lab.training.teacher export  runs/v5/teacher/final --out DIR --name NAME    # an ONNX grader folder
     python -m lab.training.teacher score   --pool runs/v5/pool --teacher runs/v5/teacher/final --out runs/v5/scores.npz
     python -m lab.training.teacher distill --pool runs/v5/pool --scores runs/v5/scores.npz \
         --student runs/v5/v4-torch --out runs/v5/student
@@ -397,6 +398,49 @@ def cmd_snapshot(args: argparse.Namespace) -> None:
     print(json.dumps({"step": int(state["step"]), "train_minutes": round(float(state["elapsed"]) / 60, 2)}))
 
 
+def cmd_export(args: argparse.Namespace) -> None:
+    """The teacher as an ONNX grader folder (relevance only), for the graph, `lab calibrate` and the evals."""
+    import shutil
+    import tempfile
+
+    import torch
+
+    from fastcrag.fitting.export import quantize_int8
+    from fastcrag.modelmeta import write_model_meta
+
+    model = teacher_network(args.teacher).eval()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    ids = torch.ones((2, 16), dtype=torch.long)
+    axes = {0: "batch", 1: "sequence"}
+    with tempfile.TemporaryDirectory() as tmp, torch.inference_mode():
+        fp32 = Path(tmp) / "model.onnx"
+        torch.onnx.export(
+            model,
+            (ids, ids.clone()),
+            str(fp32),
+            input_names=["input_ids", "attention_mask"],
+            output_names=["logits"],
+            dynamic_axes={"input_ids": axes, "attention_mask": axes, "logits": {0: "batch"}},
+            opset_version=17,
+            dynamo=False,
+        )
+        if args.int8:
+            quantize_int8(fp32, out / "model.onnx")
+        else:
+            shutil.copyfile(fp32, out / "model.onnx")
+    shutil.copyfile(Path(args.teacher) / "tokenizer.json", out / "tokenizer.json")
+    meta = {
+        "name": args.name,
+        "format": "onnx-int8-dynamic-per-channel" if args.int8 else "onnx-fp32",
+        "max_length": args.max_length,
+        "activation": "sigmoid",
+        "labels": "1 = the passage states the answer",
+        "reader": False,
+    }
+    print(write_model_meta(out, meta))
+
+
 def cmd_teacher(args: argparse.Namespace) -> None:
     """Train (or continue training) the teacher on the pool's train split; its dev AUC goes to `summary.json`."""
     import torch
@@ -676,6 +720,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("run", help="the teacher run's --out folder")
     p.add_argument("--base", required=True, help="the folder the run started from (all-mpnet-base-v2)")
     p.add_argument("--out", required=True)
+    p = sub.add_parser("export", help="the teacher as an ONNX grader folder (relevance only)")
+    p.add_argument("teacher", help="a teacher folder (`teacher`'s final, or a `snapshot`)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--name", required=True, help="the grader's name (its calibration is tied to it)")
+    p.add_argument("--max-length", type=int, default=256)
+    p.add_argument("--int8", action="store_true", help="dynamic int8 weights (calibrate after quantising)")
     p = sub.add_parser("score", help="the teacher's logits for every pair of a pool")
     p.add_argument("--pool", required=True)
     p.add_argument("--teacher", required=True)
@@ -692,6 +742,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             "pool": cmd_pool,
             "teacher": cmd_teacher,
             "snapshot": cmd_snapshot,
+            "export": cmd_export,
             "score": cmd_score,
             "distill": cmd_distill,
         }

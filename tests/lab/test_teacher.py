@@ -157,19 +157,25 @@ def test_a_stopped_run_checkpoints_the_step_under_way_and_continues_to_the_same_
         assert torch.allclose(a, b, atol=1e-6)
 
 
+def _tiny_base(folder: Path) -> Path:
+    """A one-layer BERT encoder with its tokenizer, saved as a teacher run's `--base` folder is."""
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "what", "is", "a", "tuple", "list", "sequence"]
+    folder.mkdir()
+    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    BertTokenizerFast(vocab_file=str(folder / "vocab.txt")).save_pretrained(str(folder))
+    config = BertConfig(vocab_size=len(vocab), hidden_size=8, num_hidden_layers=1, num_attention_heads=2)
+    BertModel(config).save_pretrained(str(folder))
+    return folder
+
+
 def test_a_snapshot_of_a_run_under_way_reads_back_as_its_checkpointed_teacher(tmp_path: Path) -> None:
     import torch
-    from transformers import BertConfig, BertModel, BertTokenizerFast
 
     from lab.training.teacher import CHECKPOINT, main, teacher_network
 
-    base = tmp_path / "base"
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "what", "is", "a", "tuple"]
-    base.mkdir()
-    (base / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
-    BertTokenizerFast(vocab_file=str(base / "vocab.txt")).save_pretrained(str(base))
-    config = BertConfig(vocab_size=len(vocab), hidden_size=8, num_hidden_layers=1, num_attention_heads=2)
-    BertModel(config).save_pretrained(str(base))
+    base = _tiny_base(tmp_path / "base")
     trained = teacher_network(base)
     with torch.no_grad():
         for p in trained.parameters():
@@ -184,6 +190,27 @@ def test_a_snapshot_of_a_run_under_way_reads_back_as_its_checkpointed_teacher(tm
     trained.eval()
     ids = torch.tensor([[2, 5, 6, 7, 8, 3]])
     assert torch.allclose(back(ids, torch.ones_like(ids)), trained(ids, torch.ones_like(ids)))
-    assert not torch.allclose(
-        teacher_network(base).eval()(ids, torch.ones_like(ids)), trained(ids, torch.ones_like(ids))
-    )
+
+
+def test_the_exported_teacher_grades_in_the_graph_as_it_does_in_torch(tmp_path: Path) -> None:
+    import torch
+    from transformers import AutoTokenizer
+
+    from fastcrag.grading.reranker import load_reranker
+    from lab.training.teacher import main, save_teacher, teacher_network
+
+    base = _tiny_base(tmp_path / "base")
+    torch.manual_seed(3)
+    teacher = teacher_network(base)
+    save_teacher(teacher, AutoTokenizer.from_pretrained(str(base)), tmp_path / "teacher")
+
+    main(["export", str(tmp_path / "teacher"), "--out", str(tmp_path / "onnx"), "--name", "tiny-teacher"])
+
+    grader = load_reranker(str(tmp_path / "onnx"))
+    texts = ["a tuple is a sequence", "a list", "what is what is a list a tuple"]
+    tok = AutoTokenizer.from_pretrained(str(tmp_path / "teacher"))
+    enc = tok(["what is a tuple"] * 3, texts, padding=True, return_tensors="pt")
+    with torch.inference_mode():
+        expected = torch.sigmoid(teacher.eval()(enc["input_ids"], enc["attention_mask"])).tolist()
+    assert grader.name == "tiny-teacher"
+    assert grader.score("what is a tuple", texts) == pytest.approx(expected, abs=1e-5)
