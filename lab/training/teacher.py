@@ -400,45 +400,37 @@ def cmd_snapshot(args: argparse.Namespace) -> None:
 
 def cmd_export(args: argparse.Namespace) -> None:
     """The teacher as an ONNX grader folder (relevance only), for the graph, `lab calibrate` and the evals."""
-    import shutil
-    import tempfile
-
     import torch
 
-    from fastcrag.fitting.export import quantize_int8
-    from fastcrag.modelmeta import write_model_meta
+    from fastcrag.fitting.export import package_grader
 
     model = teacher_network(args.teacher).eval()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     ids = torch.ones((2, 16), dtype=torch.long)
     axes = {0: "batch", 1: "sequence"}
-    with tempfile.TemporaryDirectory() as tmp, torch.inference_mode():
-        fp32 = Path(tmp) / "model.onnx"
-        torch.onnx.export(
-            model,
-            (ids, ids.clone()),
-            str(fp32),
-            input_names=["input_ids", "attention_mask"],
-            output_names=["logits"],
-            dynamic_axes={"input_ids": axes, "attention_mask": axes, "logits": {0: "batch"}},
-            opset_version=17,
-            dynamo=False,
-        )
-        if args.int8:
-            quantize_int8(fp32, out / "model.onnx")
-        else:
-            shutil.copyfile(fp32, out / "model.onnx")
-    shutil.copyfile(Path(args.teacher) / "tokenizer.json", out / "tokenizer.json")
-    meta = {
-        "name": args.name,
-        "format": "onnx-int8-dynamic-per-channel" if args.int8 else "onnx-fp32",
-        "max_length": args.max_length,
-        "activation": "sigmoid",
-        "labels": "1 = the passage states the answer",
-        "reader": False,
-    }
-    print(write_model_meta(out, meta))
+
+    def write_fp32(path: Path) -> None:
+        with torch.inference_mode():
+            torch.onnx.export(
+                model,
+                (ids, ids.clone()),
+                str(path),
+                input_names=["input_ids", "attention_mask"],
+                output_names=["logits"],
+                dynamic_axes={"input_ids": axes, "attention_mask": axes, "logits": {0: "batch"}},
+                opset_version=17,
+                dynamo=False,
+            )
+
+    out = package_grader(
+        write_fp32,
+        Path(args.teacher) / "tokenizer.json",
+        Path(args.out),
+        name=args.name,
+        max_length=args.max_length,
+        int8=args.int8,
+        reader=False,
+    )
+    print(out)
 
 
 def cmd_teacher(args: argparse.Namespace) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,46 @@ def quantize_int8(src: Path, dst: Path, per_channel: bool = True) -> None:
     quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, per_channel=per_channel)
 
 
+def package_grader(
+    write_fp32: Callable[[Path], None],
+    tokenizer: Path,
+    dest: Path,
+    *,
+    name: str,
+    max_length: int,
+    int8: bool,
+    reader: bool,
+    extra_meta: dict[str, Any] | None = None,
+) -> Path:
+    """An ONNX grader folder from any exporter: `write_fp32(path)` writes the fp32 model, quantised here when `int8`.
+
+    Writes `model.onnx`, `tokenizer.json` (a copy of `tokenizer`) and `fastcrag_model.json` into `dest`.
+
+    Returns:
+        `dest`.
+    """
+    dest.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        fp32 = Path(tmp) / "model_fp32.onnx"
+        write_fp32(fp32)
+        if int8:
+            quantize_int8(fp32, dest / "model.onnx")
+        else:
+            shutil.copyfile(fp32, dest / "model.onnx")
+    shutil.copyfile(tokenizer, dest / "tokenizer.json")
+    meta: dict[str, Any] = {
+        "name": name,
+        "format": "onnx-int8-dynamic-per-channel" if int8 else "onnx-fp32",
+        "max_length": max_length,
+        "activation": "sigmoid",
+        "labels": "1 = the passage states the answer",
+        "reader": reader,
+    }
+    meta.update(extra_meta or {})
+    write_model_meta(dest, meta)
+    return dest
+
+
 def export_grader(
     model_dir: Path,
     dest: Path,
@@ -82,30 +123,23 @@ def export_grader(
     Returns:
         `dest`.
     """
-    dest.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        fp32 = Path(tmp) / "model_fp32.onnx"
-        export_onnx(model_dir, fp32)
-        if int8:
-            quantize_int8(fp32, dest / "model.onnx")
-        else:
-            shutil.copyfile(fp32, dest / "model.onnx")
-    shutil.copyfile(model_dir / "tokenizer.json", dest / "tokenizer.json")
-    meta: dict[str, Any] = {
-        "name": name,
-        "format": "onnx-int8-dynamic-per-channel" if int8 else "onnx-fp32",
-        "max_length": max_length,
-        "activation": "sigmoid",
-        "labels": "1 = the passage states the answer",
-        "reader": not is_classifier_folder(model_dir),
-    }
+    reader = not is_classifier_folder(model_dir)
+    more: dict[str, Any] = {}
     fusion = read_fusion(model_dir)
-    if fusion is not None and meta["reader"]:
-        meta["grade"] = fusion
+    if fusion is not None and reader:
+        more["grade"] = fusion
     if train_dir is not None and (train_dir / "train_config.json").exists():
         cfg = json.loads((train_dir / "train_config.json").read_text(encoding="utf-8"))
-        meta["dev_percent"] = cfg["pool"]["dev_percent"]
-        meta["seed"] = cfg["seed"]
-    meta.update(extra_meta or {})
-    write_model_meta(dest, meta)
-    return dest
+        more["dev_percent"] = cfg["pool"]["dev_percent"]
+        more["seed"] = cfg["seed"]
+    more.update(extra_meta or {})
+    return package_grader(
+        lambda path: export_onnx(model_dir, path),
+        model_dir / "tokenizer.json",
+        dest,
+        name=name,
+        max_length=max_length,
+        int8=int8,
+        reader=reader,
+        extra_meta=more,
+    )
