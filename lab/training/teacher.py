@@ -1,9 +1,10 @@
 """The meaning-reading teacher (all-mpnet-base-v2 as a cross-encoder) and the 6-layer student distilled from it.
 
-Every step is resumable: training checkpoints every `--checkpoint-every` steps and at its time budget, and the same
-command continues from the checkpoint. The steps after `pool` need only torch, transformers, safetensors, NumPy and
-scikit-learn (plus `fastcrag.fitting.model`, `fastcrag.grading.reader` and `fastcrag.measures`, which import no
-more), so they run from a checkout on any machine, a lent GPU or this CPU:
+Every step is resumable: training checkpoints every `--checkpoint-every` steps, at its time budget and when stopped
+(Ctrl-C, SIGTERM), scoring keeps the scores as they come, and the same command continues where it stopped. The steps
+after `pool` need only torch, transformers, safetensors, NumPy and scikit-learn (plus `fastcrag.fitting.model`,
+`fastcrag.grading.reader` and `fastcrag.measures`, which import no more), so they run from a checkout on any machine,
+a lent GPU or this CPU:
 
     python -m lab.training.teacher pool    --out runs/v5/pool                 # the mix + documentation pairs
     python -m lab.training.teacher teacher --pool runs/v5/pool --base MPNET --out runs/v5/teacher
@@ -26,6 +27,7 @@ row per pair line), so a student is distilled again without the teacher.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import lzma
 import math
@@ -231,6 +233,21 @@ class Budget:
         return step >= self.total_steps or (self.max_minutes > 0 and elapsed >= self.max_minutes * 60)
 
 
+@contextlib.contextmanager
+def stop_requests() -> Iterator[list[int]]:
+    """SIGINT and SIGTERM noted (in the list yielded) instead of acted on while the block runs; handlers restored.
+
+    A long step asked to stop finishes what it is doing, keeps it and exits: no work is lost to Ctrl-C or a shutdown.
+    """
+    stop: list[int] = []
+    handlers = {sig: signal.signal(sig, lambda n, _f: stop.append(n)) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+
+
 def train_resumable(
     model: Any,
     batches: list[list[int]],
@@ -272,32 +289,28 @@ def train_resumable(
         torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step, "elapsed": elapsed}, tmp)
         tmp.replace(ckpt)
 
-    stop: list[int] = []  # the signal that asked the run to stop, if one did
-    handlers = {sig: signal.signal(sig, lambda n, _f: stop.append(n)) for sig in (signal.SIGINT, signal.SIGTERM)}
-    t0 = time.time()
-    model.train()
-    while not stop and not budget.over(step, elapsed_before + time.time() - t0):
+    with stop_requests() as stop:
+        t0 = time.time()
+        model.train()
+        while not stop and not budget.over(step, elapsed_before + time.time() - t0):
+            elapsed = elapsed_before + time.time() - t0
+            for g, base in zip(opt.param_groups, base_lrs, strict=True):
+                g["lr"] = base * budget.factor(step, elapsed)
+            loss = loss_of(batches[step])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            losses.append(float(loss.detach()))
+            step += 1
+            if step % log_every == 0:
+                rate = step / max(1e-9, elapsed_before + time.time() - t0)
+                mean = np.mean(losses[-log_every:])
+                print(f"step {step}/{len(batches)} loss {mean:.4f} ({rate:.1f} steps/s)", flush=True)
+            if checkpoint_every and step % checkpoint_every == 0:
+                save(step, elapsed_before + time.time() - t0)
         elapsed = elapsed_before + time.time() - t0
-        for g, base in zip(opt.param_groups, base_lrs, strict=True):
-            g["lr"] = base * budget.factor(step, elapsed)
-        loss = loss_of(batches[step])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        losses.append(float(loss.detach()))
-        step += 1
-        if step % log_every == 0:
-            rate = step / max(1e-9, elapsed_before + time.time() - t0)
-            print(
-                f"step {step}/{len(batches)} loss {np.mean(losses[-log_every:]):.4f} ({rate:.1f} steps/s)", flush=True
-            )
-        if checkpoint_every and step % checkpoint_every == 0:
-            save(step, elapsed_before + time.time() - t0)
-    elapsed = elapsed_before + time.time() - t0
-    save(step, elapsed)
-    for sig, handler in handlers.items():
-        signal.signal(sig, handler)
+        save(step, elapsed)
     if stop:
         raise SystemExit(f"stopped at step {step} of {len(batches)} and checkpointed: the same command continues")
     model.eval()
@@ -377,6 +390,55 @@ def teacher_logits(
     for idx, enc in inference_batches(model, tokenizer, qs, ps, max_length, batch):
         out[idx] = model(enc["input_ids"], enc["attention_mask"]).float().cpu().numpy()
     return out
+
+
+def teacher_logits_resumable(
+    model: Any,
+    tokenizer: Any,
+    qs: Sequence[str],
+    ps: Sequence[str],
+    max_length: int,
+    batch: int,
+    partial: Path,
+    key: str,
+    keep_every_s: float = 60.0,
+) -> np.ndarray:
+    """`teacher_logits`, kept in `partial` as they come (at most `keep_every_s` apart) so a rerun scores only the rest.
+
+    `key` names what is scored (pool, teacher, length): a partial file of another key is started afresh. SIGINT or
+    SIGTERM ends the batch under way, keeps what is scored and exits; the file is removed once every pair is scored.
+    """
+    logits = np.full(len(qs), np.nan, dtype=np.float32)
+    if partial.is_file():
+        with np.load(partial) as kept:
+            if str(kept["key"]) == key and len(kept["teacher_logit"]) == len(qs):
+                logits = kept["teacher_logit"].astype(np.float32)
+                print(f"resumed with {int(np.sum(~np.isnan(logits)))} of {len(qs)} pairs scored", flush=True)
+    todo = np.flatnonzero(np.isnan(logits))
+
+    def keep() -> None:
+        tmp = partial.with_name(partial.name + ".tmp.npz")
+        np.savez(tmp, teacher_logit=logits, key=np.array(key))
+        tmp.replace(partial)
+
+    last = time.time()
+    with stop_requests() as stop:
+        rest = todo.tolist()
+        batches = inference_batches(model, tokenizer, [qs[i] for i in rest], [ps[i] for i in rest], max_length, batch)
+        for idx, enc in batches:
+            logits[todo[idx]] = model(enc["input_ids"], enc["attention_mask"]).float().cpu().numpy()
+            if stop:
+                break
+            if time.time() - last >= keep_every_s:
+                keep()
+                last = time.time()
+        keep()
+    left = int(np.sum(np.isnan(logits)))
+    if stop and left:
+        scored = f"{len(qs) - left} of {len(qs)} pairs scored"
+        raise SystemExit(f"stopped with {scored} and kept: the same command continues")
+    partial.unlink()
+    return logits
 
 
 def auc(labels: Sequence[float], scores: Sequence[float]) -> float:
@@ -483,7 +545,7 @@ def cmd_teacher(args: argparse.Namespace) -> None:
 
 
 def cmd_score(args: argparse.Namespace) -> None:
-    """The teacher's logit for every pair of the pool, kept with the labels and the split (`scores.npz`)."""
+    """The teacher's logit for every pair of the pool, kept with the labels and the split (`scores.npz`); resumable."""
     from transformers import AutoTokenizer
 
     passages, pairs = read_pool(Path(args.pool))
@@ -491,9 +553,11 @@ def cmd_score(args: argparse.Namespace) -> None:
     model = teacher_network(args.teacher).to(device_of())
     t0 = time.time()
     qs, ps = _texts(passages, pairs, range(len(pairs)))
-    logits = teacher_logits(model, tokenizer, qs, ps, args.max_length, args.batch_size)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    key = f"{Path(args.pool).resolve()}|{Path(args.teacher).resolve()}|{args.max_length}"
+    partial = out.with_name(out.name + ".partial.npz")
+    logits = teacher_logits_resumable(model, tokenizer, qs, ps, args.max_length, args.batch_size, partial, key)
     tmp = out.with_name(out.name + ".tmp.npz")
     np.savez(
         tmp,

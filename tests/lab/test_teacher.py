@@ -214,3 +214,50 @@ def test_the_exported_teacher_grades_in_the_graph_as_it_does_in_torch(tmp_path: 
         expected = torch.sigmoid(teacher.eval()(enc["input_ids"], enc["attention_mask"])).tolist()
     assert grader.name == "tiny-teacher"
     assert grader.score("what is a tuple", texts) == pytest.approx(expected, abs=1e-5)
+
+
+def test_scoring_stopped_midway_keeps_its_scores_and_the_rerun_scores_only_the_rest(tmp_path: Path) -> None:
+    import os
+    import signal
+
+    import torch
+    from transformers import AutoTokenizer
+
+    from lab.training.teacher import teacher_logits, teacher_logits_resumable, teacher_network
+
+    base = _tiny_base(tmp_path / "base")
+    torch.manual_seed(5)
+    model = teacher_network(base).eval()
+    tok = AutoTokenizer.from_pretrained(str(base))
+    words = ["what", "is", "a", "tuple", "list", "sequence"]
+    qs = [" ".join(words[: 1 + i % 4]) for i in range(12)]
+    ps = [" ".join(words[i % 3 :] * (1 + i % 5)) for i in range(12)]
+    expected = teacher_logits(model, tok, qs, ps, 32, 4)
+
+    seen: list[int] = []
+    forward = model.forward
+
+    def counting(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        seen.append(len(ids))
+        if len(seen) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)  # the second batch is under way when the sitting ends
+        return forward(ids, mask)
+
+    model.forward = counting  # type: ignore[method-assign]
+    partial = tmp_path / "scores.partial.npz"
+    with pytest.raises(SystemExit, match="stopped with 8 of 12 pairs scored"):
+        teacher_logits_resumable(model, tok, qs, ps, 32, 4, partial, key="pool|teacher|32")
+    assert partial.is_file()
+    seen.clear()
+    model.forward = forward  # type: ignore[method-assign]
+    calls: list[int] = []
+    model.register_forward_hook(lambda _m, args, _o: calls.append(len(args[0])))
+
+    got = teacher_logits_resumable(model, tok, qs, ps, 32, 4, partial, key="pool|teacher|32")
+
+    assert sum(calls) == 4  # only the pairs the stopped run had not scored
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    assert not partial.exists()
+    calls.clear()
+    teacher_logits_resumable(model, tok, qs, ps, 32, 4, partial, key="pool|teacher|32")
+    assert sum(calls) == 12  # finished: nothing kept to resume from
