@@ -24,15 +24,16 @@ L="python -m lab.training.teacher"
 [ -f "$run/scores.npz" ] || $L score --pool "$run/pool" --teacher "$run/teacher/final" --out "$run/scores.npz" \
   --max-length 192 --batch-size 64
 [ -d "$run/v6-torch" ] || python -m lab unpack-grader --revision 51892f6 --out "$run/v6-torch"
-[ -d "$run/student/final" ] || $L distill --pool "$run/pool" --scores "$run/scores.npz" --student "$run/v6-torch" --out "$run/student" \
-  --batch-size 32 --lr 3e-5 --max-length 192 --checkpoint-every 100
+[ -d "$run/student/final" ] || $L distill --pool "$run/pool" --scores "$run/scores.npz" --student "$run/v6-torch" \
+  --out "$run/student" --batch-size 32 --lr 3e-5 --max-length 192 --checkpoint-every 100
 [ -f "$run/export/model.onnx" ] || python - "$run" <<'EOF'
 import sys
 from pathlib import Path
 from fastcrag.fitting.export import export_grader
 run = Path(sys.argv[1])
 export_grader(run / "student" / "final", run / "export", name="fastcrag-grader-reader-minilm-l6-v9",
-              extra_meta={"train_max_length": 192, "teacher": "fastcrag-teacher-mpnet-v9 (lab/scripts/train_grader_v9.sh)"})
+              extra_meta={"train_max_length": 192,
+                          "teacher": "fastcrag-teacher-mpnet-v9 (lab/scripts/train_grader_v9.sh)"})
 EOF
 for corpus in sqlalchemy postgresql django; do
   [ -f "$run/idx/$corpus/CURRENT" ] || fastcrag index --quiet --index "$run/idx/$corpus" "$run/docs/$corpus"

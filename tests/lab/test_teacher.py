@@ -248,7 +248,6 @@ def test_scoring_stopped_midway_keeps_its_scores_and_the_rerun_scores_only_the_r
     with pytest.raises(SystemExit, match="stopped with 8 of 12 pairs scored"):
         teacher_logits_resumable(model, tok, qs, ps, 32, 4, partial, key="pool|teacher|32")
     assert partial.is_file()
-    seen.clear()
     model.forward = forward  # type: ignore[method-assign]
     calls: list[int] = []
     model.register_forward_hook(lambda _m, args, _o: calls.append(len(args[0])))
