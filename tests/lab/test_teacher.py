@@ -234,23 +234,21 @@ def test_scoring_stopped_midway_keeps_its_scores_and_the_rerun_scores_only_the_r
     ps = [" ".join(words[i % 3 :] * (1 + i % 5)) for i in range(12)]
     expected = teacher_logits(model, tok, qs, ps, 32, 4)
 
-    seen: list[int] = []
-    forward = model.forward
+    calls: list[int] = []  # the size of each batch the model scores
+    sitting_ends = [True]  # once: during the first run's second batch
 
-    def counting(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        seen.append(len(ids))
-        if len(seen) == 2:
-            os.kill(os.getpid(), signal.SIGTERM)  # the second batch is under way when the sitting ends
-        return forward(ids, mask)
+    def count(_m: object, args: tuple[torch.Tensor, ...], _o: object) -> None:
+        calls.append(len(args[0]))
+        if sitting_ends and len(calls) == 2:
+            sitting_ends.clear()
+            os.kill(os.getpid(), signal.SIGTERM)  # as `kill PID` or the end of a sitting would
 
-    model.forward = counting  # type: ignore[method-assign]
     partial = tmp_path / "scores.partial.npz"
+    model.register_forward_hook(count)
     with pytest.raises(SystemExit, match="stopped with 8 of 12 pairs scored"):
         teacher_logits_resumable(model, tok, qs, ps, 32, 4, partial, key="pool|teacher|32")
     assert partial.is_file()
-    model.forward = forward  # type: ignore[method-assign]
-    calls: list[int] = []
-    model.register_forward_hook(lambda _m, args, _o: calls.append(len(args[0])))
+    calls.clear()
 
     got = teacher_logits_resumable(model, tok, qs, ps, 32, 4, partial, key="pool|teacher|32")
 
