@@ -11,7 +11,9 @@
 #   4. distillation: the teacher's logits with the labels beside them, the reader head kept on the answer spans
 #      (RUN/student; about half an hour), then exported int8 as grader v9 (RUN/export);
 #   5. the three manuals indexed (RUN/idx) and the student calibrated on SQuAD and SQLAlchemy's written questions,
-#      with PostgreSQL's and Django's manuals as the wrong ones (RUN/calibration.json), as the packaged grader was.
+#      with PostgreSQL's and Django's manuals as the wrong ones (RUN/calibration.json), as the packaged grader was;
+#   6. the teacher as an int8 grader folder (RUN/teacher-int8, about 106 MB), calibrated the same way
+#      (RUN/teacher-int8-calibration.json; about half an hour): the teacher measured as an option.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 run=${1:-runs/grader-v9}
@@ -38,6 +40,11 @@ EOF
 for corpus in sqlalchemy postgresql django; do
   [ -f "$run/idx/$corpus/CURRENT" ] || fastcrag index --quiet --index "$run/idx/$corpus" "$run/docs/$corpus"
 done
-[ -f "$run/calibration.json" ] || python -m lab calibrate \
-  --reranker "$run/export" --out "$run/calibration.json" --docs sqlalchemy="$run/idx/sqlalchemy" \
-  --wrong-manual "$run/idx/postgresql" --wrong-manual "$run/idx/django"
+calibrate() {  # GRADER_FOLDER OUT: calibrated as the packaged grader was
+  [ -f "$2" ] || python -m lab calibrate --reranker "$1" --out "$2" --docs sqlalchemy="$run/idx/sqlalchemy" \
+    --wrong-manual "$run/idx/postgresql" --wrong-manual "$run/idx/django"
+}
+calibrate "$run/export" "$run/calibration.json"
+[ -f "$run/teacher-int8/model.onnx" ] || $L export "$run/teacher/final" --out "$run/teacher-int8" \
+  --name fastcrag-teacher-mpnet-v9-int8 --max-length 256 --int8
+calibrate "$run/teacher-int8" "$run/teacher-int8-calibration.json"
